@@ -1,0 +1,1 @@
+"""The sans-I/O core: pure state machines, no asyncio, no sockets, no stores."""

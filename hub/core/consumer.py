@@ -1,0 +1,168 @@
+"""Per-consumer sync state: what one consumer holds, and how to bring it back in line.
+
+The hub does not trust a consumer's copy to be right; it knows what it *sent*. A
+:class:`ConsumerView` follows the events actually written to one consumer's socket (position,
+open run, open streaming items). When that copy may have gone wrong, :func:`sync_frames`
+computes the frames that take exactly this consumer from what it holds to the thread's current
+state, in a stream the official AG-UI client accepts:
+
+1. end the streaming items the consumer has open that the thread no longer has open;
+2. finish the consumer's run if it is not the thread's open run, and start the thread's;
+3. ``STATE_SNAPSHOT`` and ``MESSAGES_SNAPSHOT`` (without items about to be re-opened);
+4. re-open what is still streaming: its start event and its content so far.
+
+A fresh join is the same computation from an empty view, which yields the join prefix
+(``RUN_STARTED``, ``STATE_SNAPSHOT``, ``MESSAGES_SNAPSHOT``, re-opened items).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub.core.thread import BY_END, BY_START, STREAMING, Event, Thread, item_key
+
+#: Why a consumer gets a snapshot. Every one is counted in metrics.
+CAUSES = (
+    "join",
+    "patch_failed",
+    "gap",
+    "slow_consumer",
+    "resume_too_old",
+    "epoch_changed",
+    "broker_reconnect",
+    "conflict",
+)
+
+
+class ConsumerView:
+    """What the hub has written to one consumer."""
+
+    __slots__ = ("chunked", "epoch", "open", "run_id", "seq")
+
+    def __init__(self) -> None:
+        self.epoch: str | None = None
+        self.seq = 0
+        self.run_id: str | None = None
+        self.open: dict[str, None] = {}
+        self.chunked: str | None = None
+
+    def key(self) -> tuple[str | None, tuple[str, ...]]:
+        """Consumers with equal keys at one position need the same repair frames."""
+        return (self.run_id, tuple(self.open))
+
+    def catch_up(self, thread: Thread) -> None:
+        """The consumer now holds exactly the thread's current state."""
+        self.epoch = thread.epoch
+        self.seq = thread.seq
+        self.run_id = thread.run_id
+        self.open = dict.fromkeys(thread.open)
+        self.chunked = thread.chunked
+
+    def observe(self, event: Event) -> None:
+        """Follow one live event as it is written to the consumer."""
+        hub = (event.get("metadata") or {}).get("hub") or {}
+        if "seq" in hub:
+            self.seq = hub["seq"]
+            self.epoch = hub.get("epoch", self.epoch)
+        kind = event.get("type")
+        if self.chunked and kind not in ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK"):
+            self.open.pop(self.chunked, None)
+            self.chunked = None
+        if kind == "RUN_STARTED":
+            self.run_id = event.get("runId")
+        elif kind in ("RUN_FINISHED", "RUN_ERROR"):
+            self.run_id = None
+            self.open.clear()
+        elif kind in BY_START:
+            item = BY_START[kind]
+            self.open[item_key(item, event[STREAMING[item][3]])] = None
+        elif kind in BY_END:
+            item = BY_END[kind]
+            self.open.pop(item_key(item, event[STREAMING[item][3]]), None)
+        elif kind in ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK"):
+            item = "text" if kind == "TEXT_MESSAGE_CHUNK" else "tool"
+            item_id = event.get("messageId" if item == "text" else "toolCallId")
+            if item_id and item_key(item, item_id) != self.chunked:
+                if self.chunked:
+                    self.open.pop(self.chunked, None)
+                self.chunked = item_key(item, item_id)
+                self.open[self.chunked] = None
+
+
+def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:
+    """Frames that bring a consumer holding ``view`` to the thread's current state.
+
+    The frames reference the thread's live state: encode them before the thread changes.
+    """
+    position = {"seq": thread.seq, "epoch": thread.epoch, "sync": True}
+    same_run = view.run_id == thread.run_id
+    kept = {k for k in view.open if same_run and k in thread.open}
+    frames: list[Event] = []
+    for key in reversed(view.open):
+        if key not in kept:
+            kind, item_id = key.split(":", 1)
+            _, _, end, id_field = STREAMING[kind]
+            frames.append({"type": end, id_field: item_id})
+    if view.run_id is not None and not same_run:
+        frames.append({"type": "RUN_FINISHED", "threadId": thread.thread_id, "runId": view.run_id})
+    if thread.run is not None and not same_run:
+        frames.append(thread.run)
+    reopen = [key for key in thread.open if key not in kept]
+    frames.append({"type": "STATE_SNAPSHOT", "snapshot": thread.state})
+    frames.append({"type": "MESSAGES_SNAPSHOT", "messages": _messages_without(thread, reopen)})
+    for key in reopen:
+        start = thread.open[key]
+        frames.append(start)
+        content = _content_so_far(thread, key)
+        if content:
+            kind, item_id = key.split(":", 1)
+            content_type, id_field = STREAMING[kind][1], STREAMING[kind][3]
+            frames.append({"type": content_type, id_field: item_id, "delta": content})
+    return [_at(frame, position) for frame in frames]
+
+
+def _at(event: Event, position: dict[str, Any]) -> Event:
+    metadata = dict(event.get("metadata") or {})
+    metadata["hub"] = position
+    return {**event, "metadata": metadata}
+
+
+def _content_so_far(thread: Thread, key: str) -> str:
+    kind, item_id = key.split(":", 1)
+    if kind == "tool":
+        call = thread.messages.tool_call(item_id)
+        return str(call["function"]["arguments"]) if call else ""
+    if kind in ("text", "reasoning"):
+        message = thread.messages.get(item_id)
+        return str(message.get("content") or "") if message else ""
+    return ""
+
+
+def _messages_without(thread: Thread, reopen: list[str]) -> list[dict[str, Any]]:
+    """The thread's messages, less the messages and tool calls about to be streamed again."""
+    skip_messages = {k.split(":", 1)[1] for k in reopen if k.startswith(("text:", "reasoning:"))}
+    skip_calls = {k.split(":", 1)[1] for k in reopen if k.startswith("tool:")}
+    if not skip_messages and not skip_calls:
+        return thread.messages.items
+    result = []
+    for message in thread.messages.items:
+        if message["id"] in skip_messages:
+            continue
+        calls = message.get("toolCalls")
+        if calls and skip_calls.intersection(c["id"] for c in calls):
+            remaining = [c for c in calls if c["id"] not in skip_calls]
+            if not remaining and not message.get("content"):
+                continue
+            message = {**message, "toolCalls": remaining}
+        result.append(message)
+    return result
+
+
+def resume(thread: Thread, since: int, epoch: str | None) -> tuple[list[Event] | None, str | None]:
+    """A reconnect from ``(epoch, since)``: the events to replay, or the snapshot cause."""
+    if epoch is not None and epoch != thread.epoch:
+        return None, "epoch_changed"
+    events = thread.since(since)
+    if events is None:
+        return None, "resume_too_old" if since < thread.seq else "epoch_changed"
+    return events, None

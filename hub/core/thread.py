@@ -1,0 +1,414 @@
+"""One AG-UI thread as a sans-I/O state machine.
+
+Feed it producer events with :meth:`Thread.publish`; it answers with the sequenced events to
+store and fan out, or with the error to report. It keeps the authoritative state, messages,
+the open run and what is still streaming in it (text messages, tool calls, reasoning, steps),
+and a bounded log of recent events for replay. It never touches a socket, a clock or a store.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hub.core.messages import MessageLog
+from hub.core.patch import Document, apply_patch, check_patch
+from hub.errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
+
+Event = dict[str, Any]
+
+DEFAULT_RETENTION = 10_000
+RECORD_VERSION = 1
+
+#: How each kind of streaming item opens, carries content, and ends.
+#: kind -> (start type, content type or None, end type, id field)
+STREAMING: dict[str, tuple[str, str | None, str, str]] = {
+    "step": ("STEP_STARTED", None, "STEP_FINISHED", "stepName"),
+    "phase": ("REASONING_START", None, "REASONING_END", "messageId"),
+    "text": ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "messageId"),
+    "reasoning": (
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "messageId",
+    ),
+    "tool": ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId"),
+}
+BY_START = {spec[0]: kind for kind, spec in STREAMING.items()}
+BY_CONTENT = {spec[1]: kind for kind, spec in STREAMING.items() if spec[1]}
+BY_END = {spec[2]: kind for kind, spec in STREAMING.items()}
+
+
+def item_key(kind: str, item_id: str) -> str:
+    return f"{kind}:{item_id}"
+
+
+@dataclass
+class Outcome:
+    """What one published event did: events to store and fan out, and the error, if any."""
+
+    events: list[Event] = field(default_factory=list)
+    error: HubError | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class Thread:
+    """The authoritative copy of one thread."""
+
+    def __init__(self, thread_id: str, epoch: str, *, retention: int = DEFAULT_RETENTION) -> None:
+        self.thread_id = thread_id
+        self.epoch = epoch
+        self.seq = 0
+        self.doc = Document({})
+        self.messages = MessageLog()
+        #: The RUN_STARTED event of the open run, or None.
+        self.run: Event | None = None
+        #: Streaming items still open, in the order they opened: key -> the event that opened it.
+        self.open: dict[str, Event] = {}
+        #: Items opened by TEXT_MESSAGE_CHUNK / TOOL_CALL_CHUNK; closed by the next other event.
+        self._chunked: list[str] = []
+        self.log: deque[Event] = deque(maxlen=max(1, retention))
+        self._warnings: list[str] = []
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> Any:
+        return self.doc.root
+
+    @property
+    def chunked(self) -> str | None:
+        """The item opened by chunk events that the next non-chunk event closes, if any."""
+        return self._chunked[-1] if self._chunked else None
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self.run is None else str(self.run["runId"])
+
+    def since(self, seq: int) -> list[Event] | None:
+        """Events after ``seq`` from the retained log, or None if the log no longer holds them."""
+        if seq == self.seq:
+            return []
+        if seq > self.seq or seq < 0:
+            return None
+        first = self.log[0]["metadata"]["hub"]["seq"] if self.log else self.seq + 1
+        if seq + 1 < first:
+            return None
+        start = seq + 1 - first
+        return [self.log[i] for i in range(start, len(self.log))]
+
+    def input(self) -> dict[str, Any]:
+        """The starting value of the next RunAgentInput: state persists across runs."""
+        return {
+            "threadId": self.thread_id,
+            "state": copy.deepcopy(self.state),
+            "messages": copy.deepcopy(self.messages.items),
+        }
+
+    def view(self) -> dict[str, Any]:
+        """``{threadId, epoch, seq, state, messages, run}``, as the HTTP endpoint shows it."""
+        return {
+            "threadId": self.thread_id,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "state": self.state,
+            "messages": self.messages.items,
+            "run": None if self.run is None else {"runId": self.run_id},
+        }
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def publish(self, event: Event) -> Outcome:
+        """Sequence one validated AG-UI event (a camelCase dict) from a producer."""
+        try:
+            stored = self._effect(event)
+        except MalformedPatch as exc:
+            outcome = Outcome(error=exc)
+            if self.run is not None:
+                outcome.events.append(
+                    self._commit(self._run_error(str(exc.message), "malformed_patch"))
+                )
+            return outcome
+        except PeerError as exc:
+            return Outcome(error=exc, warnings=self._take_warnings())
+        return Outcome(events=[self._stamp(stored)], warnings=self._take_warnings())
+
+    def abort_run(self, message: str, code: str) -> Event | None:
+        """End the open run with RUN_ERROR (e.g. its agent disconnected). None if no run."""
+        if self.run is None:
+            return None
+        return self._commit(self._run_error(message, code))
+
+    def replay(self, event: Event) -> None:
+        """Re-apply a stored, already sequenced event (recovery from a store)."""
+        position = event["metadata"]["hub"]
+        if position["seq"] != self.seq + 1:
+            raise InvalidSequence(f"log entry {position['seq']} does not follow {self.seq}")
+        self._effect(event)
+        self.seq = position["seq"]
+        self.log.append(event)
+        self._warnings.clear()
+
+    def _run_error(self, message: str, code: str) -> Event:
+        return {"type": "RUN_ERROR", "message": message, "code": code}
+
+    def _commit(self, event: Event) -> Event:
+        self._effect(event)
+        return self._stamp(event)
+
+    def _stamp(self, event: Event) -> Event:
+        self.seq += 1
+        metadata = dict(event.get("metadata") or {})
+        metadata["hub"] = {"seq": self.seq, "epoch": self.epoch}
+        stamped = {**event, "metadata": metadata}
+        self.log.append(stamped)
+        return stamped
+
+    def _take_warnings(self) -> list[str]:
+        warnings, self._warnings = self._warnings, []
+        return warnings
+
+    # -- effects: each checks everything first, then mutates; a raise leaves no trace ----------
+
+    def _effect(self, event: Event) -> Event:
+        kind = event["type"]
+        handler = getattr(self, f"_on_{kind.lower()}", None)
+        result: Event = handler(event) if handler is not None else event
+        if self._chunked and kind not in ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK"):
+            self._close_chunked()
+        return result
+
+    def _close_chunked(self, keep: str | None = None) -> None:
+        for key in self._chunked:
+            if key != keep:
+                self.open.pop(key, None)
+        self._chunked = [keep] if keep else []
+
+    def _require_open(self, kind: str, item_id: str) -> str:
+        key = item_key(kind, item_id)
+        if key not in self.open:
+            raise InvalidSequence(f"no open {kind} {item_id!r}")
+        return key
+
+    def _require_closed(self, kind: str, item_id: str) -> str:
+        key = item_key(kind, item_id)
+        if key in self.open:
+            raise InvalidSequence(f"{kind} {item_id!r} is already open")
+        return key
+
+    def _on_run_started(self, event: Event) -> Event:
+        if event.get("threadId") != self.thread_id:
+            raise InvalidEvent("RUN_STARTED.threadId does not name this thread")
+        if self.run is not None:
+            raise InvalidSequence(f"run {self.run_id!r} is still open")
+        self.run = event
+        return event
+
+    def _on_run_finished(self, event: Event) -> Event:
+        if self.run is None or event.get("runId") != self.run_id:
+            raise InvalidSequence("RUN_FINISHED does not match the open run")
+        still_open = [k for k in self.open if k not in self._chunked]
+        if still_open:
+            raise InvalidSequence(f"RUN_FINISHED while {still_open[0]} is still open")
+        self._end_run()
+        return event
+
+    def _on_run_error(self, event: Event) -> Event:
+        self._end_run()
+        return event
+
+    def _end_run(self) -> None:
+        self.run = None
+        self.open.clear()
+        self._chunked = []
+
+    def _on_state_snapshot(self, event: Event) -> Event:
+        self.doc.root = copy.deepcopy(event["snapshot"])
+        return event
+
+    def _on_state_delta(self, event: Event) -> Event:
+        ops, dropped = check_patch(event.get("delta"))
+        apply_patch(self.doc, ops)
+        if dropped:
+            self._warnings.append(f"dropped unknown patch ops: {', '.join(dropped)}")
+            return {**event, "delta": ops}
+        return event
+
+    def _on_messages_snapshot(self, event: Event) -> Event:
+        self.messages.replace_all(event["messages"])
+        return event
+
+    def _start(self, kind: str, event: Event) -> str:
+        key = self._require_closed(kind, event[STREAMING[kind][3]])
+        self.open[key] = event
+        return key
+
+    def _on_step_started(self, event: Event) -> Event:
+        self._start("step", event)
+        return event
+
+    def _on_step_finished(self, event: Event) -> Event:
+        del self.open[self._require_open("step", event["stepName"])]
+        return event
+
+    def _on_reasoning_start(self, event: Event) -> Event:
+        self._start("phase", event)
+        return event
+
+    def _on_reasoning_end(self, event: Event) -> Event:
+        del self.open[self._require_open("phase", event["messageId"])]
+        return event
+
+    def _on_text_message_start(self, event: Event) -> Event:
+        self._require_closed("text", event["messageId"])
+        self.messages.start_text(event["messageId"], event.get("role") or "assistant")
+        self._start("text", event)
+        return event
+
+    def _on_reasoning_message_start(self, event: Event) -> Event:
+        self._require_closed("reasoning", event["messageId"])
+        self.messages.start_text(event["messageId"], "reasoning")
+        self._start("reasoning", event)
+        return event
+
+    def _on_text_message_content(self, event: Event) -> Event:
+        self._require_open("text", event["messageId"])
+        self.messages.append_text(event["messageId"], event["delta"])
+        return event
+
+    def _on_reasoning_message_content(self, event: Event) -> Event:
+        self._require_open("reasoning", event["messageId"])
+        self.messages.append_text(event["messageId"], event["delta"])
+        return event
+
+    def _on_text_message_end(self, event: Event) -> Event:
+        del self.open[self._require_open("text", event["messageId"])]
+        return event
+
+    def _on_reasoning_message_end(self, event: Event) -> Event:
+        del self.open[self._require_open("reasoning", event["messageId"])]
+        return event
+
+    def _on_text_message_chunk(self, event: Event) -> Event:
+        current = self._chunked[-1] if self._chunked else None
+        message_id = event.get("messageId")
+        key = item_key("text", message_id) if message_id else current
+        if key is None or not key.startswith("text:"):
+            raise InvalidSequence("TEXT_MESSAGE_CHUNK without a messageId starts nothing")
+        if key != current or key not in self.open:
+            self._close_chunked()
+            self._require_closed("text", key[5:])
+            start = {"type": "TEXT_MESSAGE_START", "messageId": key[5:]}
+            start["role"] = event.get("role") or "assistant"
+            self.messages.start_text(key[5:], start["role"])
+            self.open[key] = start
+            self._chunked = [key]
+        if event.get("delta"):
+            self.messages.append_text(key[5:], event["delta"])
+        return event
+
+    def _on_tool_call_start(self, event: Event) -> Event:
+        self._require_closed("tool", event["toolCallId"])
+        self.messages.start_tool_call(
+            event["toolCallId"], event["toolCallName"], event.get("parentMessageId")
+        )
+        self._start("tool", event)
+        return event
+
+    def _on_tool_call_args(self, event: Event) -> Event:
+        self._require_open("tool", event["toolCallId"])
+        self.messages.append_tool_args(event["toolCallId"], event["delta"])
+        return event
+
+    def _on_tool_call_end(self, event: Event) -> Event:
+        del self.open[self._require_open("tool", event["toolCallId"])]
+        return event
+
+    def _on_tool_call_chunk(self, event: Event) -> Event:
+        current = self._chunked[-1] if self._chunked else None
+        call_id = event.get("toolCallId")
+        key = item_key("tool", call_id) if call_id else current
+        if key is None or not key.startswith("tool:"):
+            raise InvalidSequence("TOOL_CALL_CHUNK without a toolCallId starts nothing")
+        if key != current or key not in self.open:
+            if not event.get("toolCallName"):
+                raise InvalidSequence("the first TOOL_CALL_CHUNK of a call needs toolCallName")
+            self._close_chunked()
+            self._require_closed("tool", key[5:])
+            start = {
+                "type": "TOOL_CALL_START",
+                "toolCallId": key[5:],
+                "toolCallName": event["toolCallName"],
+            }
+            if event.get("parentMessageId"):
+                start["parentMessageId"] = event["parentMessageId"]
+            self.messages.start_tool_call(
+                key[5:], event["toolCallName"], event.get("parentMessageId")
+            )
+            self.open[key] = start
+            self._chunked = [key]
+        if event.get("delta"):
+            self.messages.append_tool_args(key[5:], event["delta"])
+        return event
+
+    def _on_tool_call_result(self, event: Event) -> Event:
+        self.messages.add_tool_result(event["messageId"], event["toolCallId"], event["content"])
+        return event
+
+    def _on_activity_snapshot(self, event: Event) -> Event:
+        self.messages.activity_snapshot(
+            event["messageId"], event["activityType"], event["content"], event.get("replace")
+        )
+        return event
+
+    def _on_activity_delta(self, event: Event) -> Event:
+        self.messages.activity_delta(event["messageId"], event["activityType"], event["patch"])
+        return event
+
+    def _on_custom(self, event: Event) -> Event:
+        if str(event.get("name", "")).startswith("hub."):
+            raise InvalidEvent("CUSTOM names starting with 'hub.' are reserved for the hub")
+        return event
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything needed to rebuild this thread (except the log), as plain data."""
+        return {
+            "v": RECORD_VERSION,
+            "threadId": self.thread_id,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "state": self.state,
+            "messages": self.messages.items,
+            "run": self.run,
+            "open": list(self.open.items()),
+            "chunked": list(self._chunked),
+        }
+
+    @classmethod
+    def from_record(
+        cls,
+        record: dict[str, Any],
+        log: Iterable[Event] = (),
+        *,
+        retention: int = DEFAULT_RETENTION,
+    ) -> Thread:
+        """Rebuild a thread from :meth:`to_record` output and the log entries after it."""
+        record = copy.deepcopy(record)
+        thread = cls(record["threadId"], record["epoch"], retention=retention)
+        thread.seq = record["seq"]
+        thread.doc.root = record["state"]
+        thread.messages = MessageLog(record["messages"])
+        thread.run = record["run"]
+        thread.open = {key: start for key, start in record["open"]}
+        thread._chunked = list(record["chunked"])
+        for event in log:
+            if event["metadata"]["hub"]["seq"] > thread.seq:
+                thread.replay(event)
+            else:
+                thread.log.append(event)
+        return thread

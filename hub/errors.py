@@ -1,0 +1,113 @@
+"""One exception tree for the whole hub.
+
+Every error has a stable ``code`` (documented in the README) and says whose fault it was:
+:class:`PeerError` for bad input from a client, :class:`HubInternalError` for our own bugs or
+an unavailable backend. Messages are written for the peer: they never carry internals.
+"""
+
+from __future__ import annotations
+
+
+class HubError(Exception):
+    """Base of every error the hub raises on purpose."""
+
+    code: str = "internal"
+    #: WebSocket close code used when the error ends a connection.
+    close_code: int = 1011
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def as_value(self) -> dict[str, str]:
+        """The ``value`` of the ``hub.error`` CUSTOM event that reports this error."""
+        return {"code": self.code, "message": self.message}
+
+
+class PeerError(HubError):
+    """The peer sent something we cannot accept. The connection usually goes on."""
+
+    code = "bad_request"
+    close_code = 1008
+
+
+class BadFrame(PeerError):
+    """A frame that does not decode (bad JSON, bad msgpack, not an object)."""
+
+    code = "bad_frame"
+    close_code = 1007
+
+
+class InvalidEvent(PeerError):
+    """A decoded object that is not a valid AG-UI event."""
+
+    code = "invalid_event"
+
+
+class UnknownCommand(PeerError):
+    """A consumer frame whose ``type`` is not a hub command."""
+
+    code = "unknown_command"
+
+
+class MalformedPatch(PeerError):
+    """A STATE_DELTA whose patch is structurally invalid. Fatal to the open run."""
+
+    code = "malformed_patch"
+
+
+class PatchFailed(PeerError):
+    """A well-formed patch that does not apply to the current state. Skipped atomically."""
+
+    code = "patch_failed"
+
+
+class Conflict(PeerError):
+    """A ``hub.publish`` edit that no longer applies to the current state."""
+
+    code = "conflict"
+
+
+class InvalidSequence(PeerError):
+    """An event that does not fit the thread's run (content for a message never started...)."""
+
+    code = "invalid_sequence"
+
+
+class BadPath(PeerError):
+    """A URL path or thread id the hub does not serve."""
+
+    code = "not_found"
+    close_code = 1008
+
+
+class HubInternalError(HubError):
+    """Our fault, or a backend's: the peer did nothing wrong."""
+
+    code = "internal"
+    close_code = 1011
+
+
+class Unavailable(HubInternalError):
+    """The store cannot take the event right now; it was not accepted."""
+
+    code = "unavailable"
+    close_code = 1013
+
+
+#: Every stable code, for documentation and for tests that check codes are known.
+ERROR_CODES: dict[str, str] = {
+    "bad_frame": "the frame is not valid JSON/msgpack, or not an object",
+    "invalid_event": "the object is not a valid AG-UI event",
+    "unknown_command": "a consumer frame with an unknown `type`",
+    "bad_request": "a hub command with missing or wrong fields",
+    "malformed_patch": "a STATE_DELTA patch that is structurally invalid; the open run ends",
+    "patch_failed": "a well-formed patch that does not apply; skipped, state unchanged",
+    "conflict": "a hub.publish edit that does not apply to the current state",
+    "invalid_sequence": "an event out of place in the run (e.g. content for an unknown message)",
+    "not_found": "no such endpoint or thread id",
+    "unavailable": "the store could not accept the event; retry",
+    "internal": "a hub bug; the hub logged it",
+}

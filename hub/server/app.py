@@ -1,0 +1,359 @@
+"""The WebSocket and HTTP front of one hub node: thin handlers around :class:`Hub`.
+
+Routes (one port):
+- ``ws  /v1/threads/{id}``         consumers (``?since=SEQ&epoch=EPOCH`` to resume)
+- ``ws  /v1/threads/{id}/agent``   producers (agents)
+- ``GET /v1/threads/{id}``         ``{threadId, epoch, seq, state, messages, run}``
+- ``GET /healthz``, ``/readyz``, ``/metrics``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
+
+from hub.core.patch import check_patch
+from hub.errors import (
+    BadPath,
+    Conflict,
+    HubError,
+    MalformedPatch,
+    PatchFailed,
+    PeerError,
+    Unavailable,
+)
+from hub.server.config import Config
+from hub.server.hub import Channel, Hub
+from hub.server.outbox import Outbox
+from hub.store import open_store
+from hub.wire import control
+from hub.wire.codec import JSON, MSGPACK, MSGPACK_SUBPROTOCOL, Encoding, Frame, decode, encode
+from hub.wire.events import parse_event
+
+log = logging.getLogger("agui_hub.server")
+
+THREAD_ID = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+CONSUMER_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})$")
+AGENT_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/agent$")
+#: Close code telling consumers the node is draining: reconnect elsewhere with ``since``.
+CLOSE_DRAINING = 4009
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Route:
+    role: str  # "consumer" or "agent"
+    thread_id: str
+    since: int | None
+    epoch: str | None
+
+
+def route(path: str) -> Route:
+    """Parse a request path; raise :class:`BadPath` for anything the hub does not serve."""
+    parts = urlsplit(path)
+    query = parse_qs(parts.query)
+    for pattern, role in ((CONSUMER_PATH, "consumer"), (AGENT_PATH, "agent")):
+        match = pattern.match(parts.path)
+        if match:
+            since = _int_param(query, "since")
+            epoch = query.get("epoch", [None])[0]
+            return Route(role, match.group(1), since, epoch)
+    raise BadPath("no such endpoint")
+
+
+def _int_param(query: dict[str, list[str]], name: str) -> int | None:
+    values = query.get(name)
+    if not values:
+        return None
+    if not re.fullmatch(r"\d{1,18}", values[0]):
+        raise BadPath(f"'{name}' must be a non-negative integer")
+    return int(values[0])
+
+
+def _select_subprotocol(
+    connection: ServerConnection, offered: Sequence[Subprotocol]
+) -> Subprotocol | None:
+    return Subprotocol(MSGPACK_SUBPROTOCOL) if MSGPACK_SUBPROTOCOL in offered else None
+
+
+def _json_response(status: HTTPStatus, body: Any) -> Response:
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return Response(status.value, status.phrase, headers, data)
+
+
+def _text_response(status: HTTPStatus, text: str, content_type: str = "text/plain") -> Response:
+    data = text.encode()
+    headers = Headers(
+        [("Content-Type", f"{content_type}; charset=utf-8"), ("Content-Length", str(len(data)))]
+    )
+    return Response(status.value, status.phrase, headers, data)
+
+
+class HubServer:
+    """Binds a :class:`Hub` to a port."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.config = hub.config
+        self.server: Server | None = None
+        self.producers = 0
+        self.draining = False
+
+    @classmethod
+    async def create(cls, config: Config) -> HubServer:
+        store = await open_store(config.store, retention=config.retention)
+        hub = Hub(store, config)
+        await hub.start()
+        return cls(hub)
+
+    async def start(self) -> None:
+        self.server = await serve(
+            self.handler,
+            self.config.host,
+            self.config.port,
+            process_request=self.process_request,
+            select_subprotocol=_select_subprotocol,
+            max_size=self.config.max_frame,
+            compression=None,
+            close_timeout=5,
+        )
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        sockets = list(self.server.sockets)
+        return int(sockets[0].getsockname()[1])
+
+    async def drain(self) -> None:
+        """Stop accepting, tell consumers to reconnect elsewhere, flush the store, stop."""
+        self.draining = True
+        if self.server is not None:
+            self.server.close(close_connections=False)
+        for channel in list(self.hub.channels.values()):
+            for outbox in list(channel.consumers):
+                with contextlib.suppress(Exception):
+                    await outbox.socket.close(CLOSE_DRAINING, "node draining; resume elsewhere")
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+        await self.hub.close()
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    async def process_request(
+        self, connection: ServerConnection, request: Request
+    ) -> Response | None:
+        path = urlsplit(request.path).path
+        upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
+        if upgrade:
+            try:
+                route(request.path)
+            except BadPath as exc:
+                return _json_response(HTTPStatus.NOT_FOUND, exc.as_value())
+            if self.draining:
+                return _text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
+            return None
+        if path == "/healthz":
+            return _text_response(HTTPStatus.OK, "ok\n")
+        if path == "/readyz":
+            ready = not self.draining and self.hub.store_ok and await self.hub.store.ping()
+            status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
+            return _text_response(status, "ready\n" if ready else "not ready\n")
+        if path == "/metrics":
+            gauges = self.hub.gauges()
+            gauges.append(("agui_hub_connections", {"role": "consumer"}, self._consumers()))
+            gauges.append(("agui_hub_connections", {"role": "producer"}, float(self.producers)))
+            return _text_response(
+                HTTPStatus.OK, self.hub.metrics.render(gauges), "text/plain; version=0.0.4"
+            )
+        match = CONSUMER_PATH.match(path)
+        if match:
+            try:
+                channel = await self.hub.channel(match.group(1))
+            except Unavailable as exc:
+                return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, exc.as_value())
+            return _json_response(HTTPStatus.OK, channel.thread.view())
+        return _json_response(
+            HTTPStatus.NOT_FOUND, {"code": "not_found", "message": "no such path"}
+        )
+
+    def _consumers(self) -> float:
+        return float(sum(len(c.consumers) for c in self.hub.channels.values()))
+
+    # -- WebSocket ------------------------------------------------------------------------------
+
+    async def handler(self, ws: ServerConnection) -> None:
+        encoding: Encoding = MSGPACK if ws.subprotocol == MSGPACK_SUBPROTOCOL else JSON
+        assert ws.request is not None
+        target = route(ws.request.path)
+        try:
+            channel = await self.hub.channel(target.thread_id)
+        except HubError as exc:
+            await ws.send(encode(control.error(exc), encoding))
+            await ws.close(exc.close_code, exc.code)
+            return
+        if target.role == "agent":
+            await self._agent(ws, channel, encoding)
+        else:
+            await self._consumer(ws, channel, target, encoding)
+
+    async def _consumer(
+        self, ws: ServerConnection, channel: Channel, target: Route, encoding: Encoding
+    ) -> None:
+        hub = self.hub
+        ident = f"c{next(_ids)}"
+        outbox = Outbox(
+            ws,
+            encoding,
+            lambda view, cause: hub.repair_frames(channel, view, cause, encoding),
+            hub.metrics,
+            limit=self.config.consumer_buffer,
+            slow_timeout=self.config.slow_timeout,
+            ident=ident,
+        )
+        thread = channel.thread
+        await ws.send(
+            encode(
+                control.welcome(thread.thread_id, thread.seq, thread.epoch, self.config.node),
+                encoding,
+            )
+        )
+        hub.attach(channel, outbox, target.since, target.epoch)
+        outbox.start()
+        try:
+            async for message in ws:
+                try:
+                    self._consumer_frame(channel, outbox, message)
+                except PeerError as exc:
+                    hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+                    outbox.push(Frame(control.error(exc)))
+        except ConnectionClosed:
+            pass
+        finally:
+            hub.detach(channel, outbox)
+            await outbox.stop()
+
+    def _consumer_frame(self, channel: Channel, outbox: Outbox, message: str | bytes) -> None:
+        command = control.parse_command(decode(message))
+        if isinstance(command, control.Resync):
+            outbox.repair(command.reason)
+        elif isinstance(command, control.Ack):
+            outbox.acked = min(command.seq, channel.thread.seq)
+        else:
+            self._consumer_publish(channel, outbox, command)
+
+    def _consumer_publish(self, channel: Channel, outbox: Outbox, command: control.Publish) -> None:
+        event, _ = parse_event(command.event)
+        kind = event["type"]
+        thread = channel.thread
+        if kind == "STATE_DELTA":
+            check_patch(event["delta"])  # a malformed edit is this consumer's error, not the run's
+        elif kind == "STATE_SNAPSHOT":
+            if command.base != thread.seq:
+                self._conflict(outbox, "the state changed since 'base'")
+                return
+        else:
+            raise PeerError("hub.publish takes STATE_DELTA or STATE_SNAPSHOT events")
+        outcome = self.hub.publish(channel, event)
+        if isinstance(outcome.error, PatchFailed):
+            self._conflict(outbox, outcome.error.message)
+        elif isinstance(outcome.error, MalformedPatch | PeerError):
+            outbox.push(Frame(control.error(outcome.error)))
+
+    def _conflict(self, outbox: Outbox, reason: str) -> None:
+        self.hub.metrics.inc("agui_hub_events_rejected_total", code="conflict")
+        outbox.push(Frame(control.error(Conflict(f"edit rejected: {reason}"))))
+        outbox.repair("conflict")
+
+    async def _agent(self, ws: ServerConnection, channel: Channel, encoding: Encoding) -> None:
+        hub = self.hub
+        thread = channel.thread
+        self.producers += 1
+        welcome = control.welcome(
+            thread.thread_id, thread.seq, thread.epoch, self.config.node, input=thread.input()
+        )
+        await ws.send(encode(welcome, encoding))
+        state = _ProducerState(thread.seq)
+        acker = asyncio.create_task(self._ack_loop(ws, channel, state, encoding))
+        try:
+            async for message in ws:
+                state.frames += 1
+                await hub.backpressure()
+                error = self._agent_frame(channel, state, message)
+                if error is not None:
+                    await ws.send(encode(control.error(error, frame=state.frames), encoding))
+        except ConnectionClosed:
+            pass
+        finally:
+            acker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acker
+            self.producers -= 1
+            if thread.run_id is not None and thread.run_id in state.runs:
+                hub.abort_run(
+                    channel, "the agent disconnected during the run", "agent_disconnected"
+                )
+
+    def _agent_frame(
+        self, channel: Channel, state: _ProducerState, message: str | bytes
+    ) -> HubError | None:
+        hub = self.hub
+        try:
+            event, warnings = parse_event(decode(message))
+        except MalformedPatch as exc:
+            hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+            hub.abort_run(channel, exc.message, "malformed_patch")
+            return exc
+        except PeerError as exc:
+            hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+            return exc
+        if warnings:
+            hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
+            log.warning("thread %s: %s", channel.thread_id, "; ".join(warnings))
+        outcome = hub.publish(channel, event)
+        if outcome.events:
+            state.last_seq = outcome.events[-1]["metadata"]["hub"]["seq"]
+            if event["type"] == "RUN_STARTED" and outcome.error is None:
+                state.runs.add(event["runId"])
+        state.pending.append((state.frames, state.last_seq))
+        return outcome.error
+
+    async def _ack_loop(
+        self, ws: ServerConnection, channel: Channel, state: _ProducerState, encoding: Encoding
+    ) -> None:
+        """Acknowledge, every ``ack_interval``, the frames whose events the store has taken."""
+        while True:
+            await asyncio.sleep(self.config.ack_interval)
+            count = state.acked_frames
+            while state.pending and state.pending[0][1] <= channel.persisted_seq:
+                count = state.pending.popleft()[0]
+            if count != state.acked_frames:
+                state.acked_frames = count
+                await ws.send(encode(control.ack(channel.persisted_seq, count), encoding))
+
+
+class _ProducerState:
+    def __init__(self, seq: int) -> None:
+        self.frames = 0
+        self.acked_frames = 0
+        self.last_seq = seq
+        self.runs: set[str] = set()
+        #: (frames processed so far, the last seq they produced), oldest first.
+        self.pending: deque[tuple[int, int]] = deque()

@@ -1,0 +1,35 @@
+"""Server settings, with defaults that are safe on one box."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+
+def default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 8787
+    store: str = "sqlite:///agui-hub.db"
+    node: str = field(default_factory=default_node_id)
+    #: Events each thread's log keeps for replay on reconnect.
+    retention: int = 10_000
+    #: Bytes one consumer may have queued before its backlog is conflated into one snapshot.
+    consumer_buffer: int = 1 << 20
+    #: Seconds one frame may take to drain to a consumer before it is closed with 4008.
+    slow_timeout: float = 10.0
+    #: Seconds between acknowledgements to a producer while events flow.
+    ack_interval: float = 0.1
+    #: Rewrite a thread's compacted record every this many events...
+    compact_every: int = 1000
+    #: ...or this many seconds after its last change, whichever comes first.
+    compact_seconds: float = 5.0
+    #: Largest frame accepted from any client.
+    max_frame: int = 1 << 20
+    #: Writes waiting for the store before producers are slowed down (backpressure).
+    persist_queue: int = 10_000

@@ -1,0 +1,292 @@
+"""The hub on one node: loaded threads, fan-out to their consumers, and persistence.
+
+Everything here runs on one event loop. A publish is synchronous from the core's answer to the
+last consumer's queue (no await in between), so every consumer sees one order; only the store
+write is asynchronous, done in order by one persister task, and producers are acknowledged only
+for events the store has taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from hub.core.consumer import ConsumerView, resume, sync_frames
+from hub.core.thread import Event, Outcome, Thread
+from hub.errors import HubError, Unavailable
+from hub.server.config import Config
+from hub.server.metrics import Metrics
+from hub.server.outbox import Outbox
+from hub.store import Store
+from hub.wire.codec import Encoding, Frame, pack, unpack
+
+log = logging.getLogger("agui_hub")
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(8)
+
+
+@dataclass(eq=False)
+class Channel:
+    """A loaded thread, its consumers, and what is cached for them."""
+
+    thread: Thread
+    consumers: set[Outbox] = field(default_factory=set)
+    #: Recent live frames, parallel to ``thread.log``, so replays reuse their encodings.
+    frames: deque[Frame] = field(default_factory=deque)
+    #: Repair frames at the current seq, by (view key, encoding): one encode for many joiners.
+    sync_cache: dict[tuple[Any, str], list[Frame]] = field(default_factory=dict)
+    sync_cache_seq: int = -1
+    persisted_seq: int = 0
+    unsaved: int = 0
+    changed_at: float = 0.0
+
+    @property
+    def thread_id(self) -> str:
+        return self.thread.thread_id
+
+
+class Hub:
+    def __init__(self, store: Store, config: Config, metrics: Metrics | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.channels: dict[str, Channel] = {}
+        self._loading: dict[str, asyncio.Lock] = {}
+        self._writes: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue(config.persist_queue)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.store_ok = True
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._persister(), name="persister"),
+            asyncio.create_task(self._compactor(), name="compactor"),
+        ]
+
+    async def close(self) -> None:
+        for channel in self.channels.values():
+            self._compact(channel)
+        await self._writes.join()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.store.close()
+
+    # -- threads --------------------------------------------------------------------------------
+
+    async def channel(self, thread_id: str) -> Channel:
+        """The loaded thread, loading it from the store or creating it on first use."""
+        channel = self.channels.get(thread_id)
+        if channel is not None:
+            return channel
+        lock = self._loading.setdefault(thread_id, asyncio.Lock())
+        async with lock:
+            channel = self.channels.get(thread_id)
+            if channel is None:
+                channel = await self._load(thread_id)
+                self.channels[thread_id] = channel
+        self._loading.pop(thread_id, None)
+        return channel
+
+    async def _load(self, thread_id: str) -> Channel:
+        retention = self.config.retention
+        try:
+            stored = await self.store.load(thread_id)
+            if stored is None:
+                thread = Thread(thread_id, new_epoch(), retention=retention)
+                await self.store.create(thread_id, pack(thread.to_record()))
+            else:
+                thread = Thread.from_record(unpack(stored.record), stored.log, retention=retention)
+        except HubError:
+            raise
+        except Exception as exc:
+            log.exception("store failed loading thread %s", thread_id)
+            raise Unavailable("the store is unavailable") from exc
+        channel = Channel(thread, frames=deque(maxlen=thread.log.maxlen))
+        channel.frames.extend(Frame(e) for e in thread.log)
+        channel.persisted_seq = thread.seq
+        return channel
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    def publish(self, channel: Channel, event: Event) -> Outcome:
+        """Sequence one validated event, fan it out, and queue it for the store."""
+        outcome = channel.thread.publish(event)
+        self._accept(channel, outcome.events)
+        if outcome.warnings:
+            self.metrics.inc("agui_hub_patch_ops_dropped_total", len(outcome.warnings))
+        if outcome.error is not None:
+            self.metrics.inc("agui_hub_events_rejected_total", code=outcome.error.code)
+        return outcome
+
+    def abort_run(self, channel: Channel, message: str, code: str) -> None:
+        event = channel.thread.abort_run(message, code)
+        if event is not None:
+            self._accept(channel, [event])
+
+    def _accept(self, channel: Channel, events: list[Event]) -> None:
+        if not events:
+            return
+        for event in events:
+            frame = Frame(event)
+            channel.frames.append(frame)
+            for outbox in channel.consumers:
+                outbox.push(frame)
+        self.metrics.inc("agui_hub_events_in_total", len(events))
+        self._write(("append", channel.thread_id, events))
+        channel.unsaved += len(events)
+        channel.changed_at = time.monotonic()
+        if channel.unsaved >= self.config.compact_every:
+            self._compact(channel)
+
+    def _compact(self, channel: Channel) -> None:
+        if channel.unsaved:
+            channel.unsaved = 0
+            self._write(("record", channel.thread_id, pack(channel.thread.to_record())))
+
+    def _write(self, item: tuple[str, str, Any]) -> None:
+        try:
+            self._writes.put_nowait(item)
+        except asyncio.QueueFull:
+            # Producers await `backpressure()` before publishing, so this is rare: keep order
+            # and grow past the bound rather than lose an accepted event.
+            self._writes._queue.append(item)  # type: ignore[attr-defined]
+            self._writes._unfinished_tasks += 1  # type: ignore[attr-defined]
+            self._writes._finished.clear()  # type: ignore[attr-defined]
+
+    async def backpressure(self) -> None:
+        """Wait while the store is behind by more than ``persist_queue`` writes."""
+        while self._writes.full():
+            await asyncio.sleep(0.005)
+
+    async def _persister(self) -> None:
+        while True:
+            kind, thread_id, payload = await self._writes.get()
+            batch: list[tuple[str, str, Any]] = [(kind, thread_id, payload)]
+            while not self._writes.empty() and len(batch) < 512:
+                batch.append(self._writes.get_nowait())
+            try:
+                await self._flush(batch)
+            finally:
+                for _ in batch:
+                    self._writes.task_done()
+
+    async def _flush(self, batch: list[tuple[str, str, Any]]) -> None:
+        pending: dict[str, list[Event]] = {}
+
+        async def drain() -> None:
+            for tid, events in pending.items():
+                await self._retry(self.store.append, tid, events)
+                channel = self.channels.get(tid)
+                if channel is not None:
+                    channel.persisted_seq = max(
+                        channel.persisted_seq, events[-1]["metadata"]["hub"]["seq"]
+                    )
+            pending.clear()
+
+        for kind, thread_id, payload in batch:
+            if kind == "append":
+                pending.setdefault(thread_id, []).extend(payload)
+            else:
+                await drain()
+                await self._retry(self.store.save_record, thread_id, payload)
+        await drain()
+
+    async def _retry(self, fn: Any, *args: Any) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await fn(*args)
+            except Exception:
+                if self.store_ok:
+                    log.exception("store write failed; retrying")
+                self.store_ok = False
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            else:
+                self.store_ok = True
+                return
+
+    async def _compactor(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.config.compact_seconds))
+            now = time.monotonic()
+            for channel in list(self.channels.values()):
+                if channel.unsaved and now - channel.changed_at >= self.config.compact_seconds:
+                    self._compact(channel)
+                if not channel.consumers and not channel.unsaved and now - channel.changed_at > 60:
+                    self._maybe_unload(channel)
+
+    def _maybe_unload(self, channel: Channel) -> None:
+        if channel.persisted_seq == channel.thread.seq and not channel.consumers:
+            self.channels.pop(channel.thread_id, None)
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def repair_frames(
+        self, channel: Channel, view: ConsumerView, cause: str, encoding: Encoding
+    ) -> list[Frame]:
+        """Frames taking one consumer from ``view`` to now; encoded once per (seq, key, enc)."""
+        thread = channel.thread
+        if channel.sync_cache_seq != thread.seq:
+            channel.sync_cache.clear()
+            channel.sync_cache_seq = thread.seq
+        key = (view.key(), encoding)
+        frames = channel.sync_cache.get(key)
+        if frames is None:
+            frames = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
+            channel.sync_cache[key] = frames
+        view.catch_up(thread)
+        self.metrics.inc("agui_hub_resyncs_total", cause=cause)
+        return frames
+
+    def attach(
+        self, channel: Channel, outbox: Outbox, since: int | None, epoch: str | None
+    ) -> str | None:
+        """Start feeding a consumer: replay from ``since`` if the log holds it, else a snapshot.
+
+        Returns the snapshot cause, or None for a replay. Synchronous, so no event slips
+        between the decision and the subscription.
+        """
+        cause: str | None = "join"
+        if since is not None:
+            events, cause = resume(channel.thread, since, epoch)
+            if events is not None:
+                outbox.view.catch_up(channel.thread)
+                first = len(channel.frames) - len(events)
+                for i in range(first, len(channel.frames)):
+                    outbox.push(channel.frames[i])
+        if cause is not None:
+            outbox.repair(cause)
+        channel.consumers.add(outbox)
+        return cause
+
+    def detach(self, channel: Channel, outbox: Outbox) -> None:
+        channel.consumers.discard(outbox)
+
+    def gauges(self) -> list[tuple[str, dict[str, str], float]]:
+        gauges: list[tuple[str, dict[str, str], float]] = [
+            ("agui_hub_threads", {}, float(len(self.channels)))
+        ]
+        consumers = 0
+        for channel in self.channels.values():
+            for outbox in channel.consumers:
+                consumers += 1
+                gauges.append(
+                    (
+                        "agui_hub_consumer_lag",
+                        {"thread": channel.thread_id, "consumer": outbox.ident},
+                        float(channel.thread.seq - outbox.acked),
+                    )
+                )
+        return gauges

@@ -1,0 +1,131 @@
+"""One consumer's outbound side: a bounded buffer, conflation, and a writer task.
+
+Fan-out only ever calls :meth:`Outbox.push`, which never awaits: a slow socket costs its own
+consumer, never the thread. When the queued bytes pass the limit, the backlog is dropped and
+replaced by one fresh snapshot once the socket drains (conflation). A consumer that cannot take
+even one frame within ``slow_timeout`` seconds is closed with code 4008.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from hub.core.consumer import ConsumerView
+from hub.server.metrics import Metrics
+from hub.wire.codec import Encoding, Frame
+
+log = logging.getLogger("agui_hub.consumer")
+
+CLOSE_SLOW = 4008
+
+
+class Socket(Protocol):
+    async def send(self, message: str | bytes) -> None: ...
+
+    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+
+
+#: Called by the writer to get repair frames for a cause; must also bring ``view`` up to date.
+Repairer = Callable[[ConsumerView, str], list[Frame]]
+
+
+class Outbox:
+    def __init__(
+        self,
+        socket: Socket,
+        encoding: Encoding,
+        repairer: Repairer,
+        metrics: Metrics,
+        *,
+        limit: int,
+        slow_timeout: float,
+        ident: str = "",
+    ) -> None:
+        self.socket = socket
+        self.encoding = encoding
+        self.repairer = repairer
+        self.metrics = metrics
+        self.limit = limit
+        self.slow_timeout = slow_timeout
+        self.ident = ident
+        self.view = ConsumerView()
+        self.acked = 0
+        self._queue: deque[tuple[Frame, int]] = deque()
+        self._bytes = 0
+        self._repair: str | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"outbox-{self.ident}")
+
+    async def stop(self) -> None:
+        self.closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def push(self, frame: Frame) -> None:
+        """Queue one frame; never awaits. Past the limit, conflate."""
+        if self.closed or self._repair is not None:
+            return  # a snapshot is on its way and will cover this frame
+        size = len(frame.data(self.encoding))
+        if self._bytes + size > self.limit:
+            self.metrics.inc("agui_hub_buffer_drops_total")
+            self.repair("slow_consumer")
+            return
+        self._queue.append((frame, size))
+        self._bytes += size
+        self._wake.set()
+
+    def repair(self, cause: str) -> None:
+        """Drop the backlog; the writer sends this consumer a fresh snapshot next."""
+        self._queue.clear()
+        self._bytes = 0
+        if self._repair is None:
+            self._repair = cause
+        self._wake.set()
+
+    async def _send(self, frame: Frame) -> None:
+        await asyncio.wait_for(self.socket.send(frame.data(self.encoding)), self.slow_timeout)
+        self.metrics.inc("agui_hub_events_out_total")
+
+    async def _run(self) -> None:
+        try:
+            while not self.closed:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._repair is not None or self._queue:
+                    if self._repair is not None:
+                        cause, self._repair = self._repair, None
+                        self._queue.clear()
+                        self._bytes = 0
+                        frames = self.repairer(self.view, cause)
+                        for frame in frames:
+                            await self._send(frame)
+                    else:
+                        frame, size = self._queue.popleft()
+                        self._bytes -= size
+                        await self._send(frame)
+                        self.view.observe(frame.event)
+        except TimeoutError:
+            self.closed = True
+            self.metrics.inc("agui_hub_slow_closes_total")
+            log.warning("consumer %s too slow: closing with %d", self.ident, CLOSE_SLOW)
+            with contextlib.suppress(Exception):
+                await self.socket.close(CLOSE_SLOW, "consumer too slow")
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the socket closed under us; the reader side cleans up
+            self.closed = True

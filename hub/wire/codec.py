@@ -1,0 +1,82 @@
+"""JSON and msgpack encodings of wire objects, and frames that encode once for many sends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import msgpack
+
+from hub.errors import BadFrame
+
+Encoding = Literal["json", "msgpack"]
+JSON: Encoding = "json"
+MSGPACK: Encoding = "msgpack"
+#: The WebSocket subprotocol a client offers to get binary msgpack frames.
+MSGPACK_SUBPROTOCOL = "agui-hub.msgpack"
+
+
+def _reject_constant(name: str) -> Any:
+    raise BadFrame(f"{name} is not JSON")
+
+
+def encode(obj: Any, encoding: Encoding) -> str | bytes:
+    if encoding == MSGPACK:
+        return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def decode(data: str | bytes) -> dict[str, Any]:
+    """Decode one frame: text is JSON, binary is msgpack. The result must be an object."""
+    try:
+        if isinstance(data, str):
+            obj = json.loads(data, parse_constant=_reject_constant)
+        else:
+            obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except BadFrame:
+        raise
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        kind = "JSON" if isinstance(data, str) else "msgpack"
+        raise BadFrame(f"the frame is not valid {kind}") from None
+    except RecursionError:
+        raise BadFrame("the frame nests too deeply") from None
+    if not isinstance(obj, dict):
+        raise BadFrame("a frame must hold one object")
+    return obj
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack for storage (records, log entries)."""
+    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class Frame:
+    """One outbound object, encoded at most once per encoding however many consumers get it."""
+
+    __slots__ = ("_json", "_msgpack", "event")
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        self.event = event
+        self._json: str | None = None
+        self._msgpack: bytes | None = None
+
+    def data(self, encoding: Encoding) -> str | bytes:
+        if encoding == MSGPACK:
+            if self._msgpack is None:
+                self._msgpack = msgpack.packb(self.event, use_bin_type=True)
+            return self._msgpack
+        if self._json is None:
+            self._json = json.dumps(
+                self.event, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
+        return self._json
+
+    def freeze(self, *encodings: Encoding) -> Frame:
+        """Encode now, so later changes to the objects it references cannot leak into it."""
+        for encoding in encodings or (JSON,):
+            self.data(encoding)
+        return self

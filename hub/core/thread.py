@@ -376,7 +376,10 @@ class Thread:
     # -- persistence ----------------------------------------------------------------------------
 
     def to_record(self) -> dict[str, Any]:
-        """Everything needed to rebuild this thread (except the log), as plain data."""
+        """Everything needed to rebuild this thread (except the log), as plain data.
+
+        The result references the live state: serialize it before the thread changes.
+        """
         return {
             "v": RECORD_VERSION,
             "threadId": self.thread_id,

@@ -243,7 +243,7 @@ class HubServer:
                     self._consumer_frame(channel, outbox, message)
                 except PeerError as exc:
                     hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-                    outbox.push(Frame(control.error(exc)))
+                    outbox.reply(Frame(control.error(exc)))
         except ConnectionClosed:
             pass
         finally:
@@ -275,11 +275,11 @@ class HubServer:
         if isinstance(outcome.error, PatchFailed):
             self._conflict(outbox, outcome.error.message)
         elif isinstance(outcome.error, MalformedPatch | PeerError):
-            outbox.push(Frame(control.error(outcome.error)))
+            outbox.reply(Frame(control.error(outcome.error)))
 
     def _conflict(self, outbox: Outbox, reason: str) -> None:
         self.hub.metrics.inc("agui_hub_events_rejected_total", code="conflict")
-        outbox.push(Frame(control.error(Conflict(f"edit rejected: {reason}"))))
+        outbox.reply(Frame(control.error(Conflict(f"edit rejected: {reason}"))))
         outbox.repair("conflict")
 
     async def _agent(self, ws: ServerConnection, channel: Channel, encoding: Encoding) -> None:

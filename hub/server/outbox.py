@@ -22,6 +22,8 @@ from hub.wire.codec import Encoding, Frame
 log = logging.getLogger("agui_hub.consumer")
 
 CLOSE_SLOW = 4008
+#: Replies (``hub.error``) kept for one consumer; a client that provokes more loses the oldest.
+MAX_REPLIES = 64
 
 
 class Socket(Protocol):
@@ -56,6 +58,8 @@ class Outbox:
         self.view = ConsumerView()
         self.acked = 0
         self._queue: deque[tuple[Frame, int]] = deque()
+        #: Hub replies to this consumer (errors); never conflated away, sent before the rest.
+        self._replies: deque[Frame] = deque(maxlen=MAX_REPLIES)
         self._bytes = 0
         self._repair: str | None = None
         self._wake = asyncio.Event()
@@ -89,6 +93,12 @@ class Outbox:
         self._bytes += size
         self._wake.set()
 
+    def reply(self, frame: Frame) -> None:
+        """Queue a reply to this consumer's own command; it survives conflation."""
+        if not self.closed:
+            self._replies.append(frame)
+            self._wake.set()
+
     def repair(self, cause: str) -> None:
         """Drop the backlog; the writer sends this consumer a fresh snapshot next."""
         self._queue.clear()
@@ -106,8 +116,10 @@ class Outbox:
             while not self.closed:
                 await self._wake.wait()
                 self._wake.clear()
-                while self._repair is not None or self._queue:
-                    if self._repair is not None:
+                while self._replies or self._repair is not None or self._queue:
+                    if self._replies:
+                        await self._send(self._replies.popleft())
+                    elif self._repair is not None:
                         cause, self._repair = self._repair, None
                         self._queue.clear()
                         self._bytes = 0

@@ -1,0 +1,308 @@
+"""The client side of the network figures: consumer fleets in worker processes, and an agent.
+
+A fleet is one worker process holding many consumer WebSockets on one thread, so the client
+side does not share a core with the benchmark's agent. The parent drives it over a pipe:
+
+- the fleet connects its consumers (``at_once``: all together when the parent says ``go``;
+  otherwise as fast as a bounded number of handshakes in flight allows) and answers ``ready``
+  with the moment each consumer got its ``STATE_SNAPSHOT``;
+- ``measure``: wait until every consumer has ``expect`` live STATE_DELTA events (or a timeout),
+  then answer with the end-to-end latency of each delivery (the agent put its send time, from
+  the system-wide monotonic clock, in the delta's value);
+- ``close``: close every consumer and exit.
+
+Every wait has a timeout; a fleet that stops answering is terminated by PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import time
+from array import array
+from multiprocessing.connection import Connection
+from typing import Any
+from urllib.parse import urlsplit
+
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+
+from hub.bench.wsclient import RawConsumer, connect
+
+SNAPSHOT_TAG = b'"type":"STATE_SNAPSHOT"'
+DELTA_TAG = b'"type":"STATE_DELTA"'
+#: Handshakes in flight per fleet when consumers are not connecting "at once".
+CONNECT_CONCURRENCY = 64
+
+
+class _Consumer:
+    """What one consumer of a fleet has seen."""
+
+    __slots__ = ("check", "deltas", "fleet", "index", "joined", "socket")
+
+    def __init__(self, fleet: _Fleet, index: int) -> None:
+        self.fleet = fleet
+        self.index = index
+        self.check = index == 0  # one consumer per fleet decodes everything, as a sanity check
+        self.joined = False
+        self.deltas = 0
+        self.socket: RawConsumer | None = None
+
+    def on_message(self, data: bytes) -> None:
+        now = time.monotonic()
+        fleet = self.fleet
+        if not self.joined:
+            if SNAPSHOT_TAG in data[:64]:
+                self.joined = True
+                fleet.joined(self.index, now)
+                if self.check:
+                    event = json.loads(data)
+                    assert event["type"] == "STATE_SNAPSHOT"
+                    fleet.snapshot_bytes = len(_compact(event["snapshot"]))
+            return
+        if DELTA_TAG not in data[:64]:
+            return
+        event = json.loads(data)
+        fleet.latencies.append(now - float(event["delta"][0]["value"]))
+        if not fleet.first_at:
+            fleet.first_at = now
+        fleet.last_at = now
+        self.deltas += 1
+        if self.deltas == fleet.expect:
+            fleet.completed()
+
+
+def _compact(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _Fleet:
+    def __init__(self, url: str, count: int) -> None:
+        parts = urlsplit(url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.path = parts.path
+        self.count = count
+        self.consumers = [_Consumer(self, i) for i in range(count)]
+        self.snapshot_at = [0.0] * count
+        self.snapshot_bytes = 0
+        self.errors: list[str] = []
+        self.joined_count = 0
+        self.all_joined = asyncio.Event()
+        self.latencies = array("d")
+        self.first_at = 0.0
+        self.last_at = 0.0
+        self.expect = 1 << 62
+        self.complete = 0
+        self.all_complete = asyncio.Event()
+        self.lost_unjoined = 0
+        self.lost_incomplete = 0
+        self.closing = False
+
+    def joined(self, i: int, now: float) -> None:
+        self.snapshot_at[i] = now
+        self.joined_count += 1
+        self._check()
+
+    def completed(self) -> None:
+        self.complete += 1
+        self._check()
+
+    def _check(self) -> None:
+        # A consumer that failed or was closed will never join nor complete: stop waiting on it.
+        if self.joined_count + self.lost_unjoined >= self.count:
+            self.all_joined.set()
+        if self.complete + self.lost_incomplete >= self.count:
+            self.all_complete.set()
+
+    @property
+    def deliveries(self) -> int:
+        return sum(c.deltas for c in self.consumers)
+
+    async def connect(self, consumer: _Consumer, gate: asyncio.Semaphore | None) -> None:
+        try:
+            if gate is not None:
+                async with gate:
+                    socket = await connect(self.host, self.port, self.path, consumer.on_message, 60)
+            else:
+                socket = await connect(self.host, self.port, self.path, consumer.on_message, 60)
+        except Exception as exc:
+            self.errors.append(f"connect: {exc!r}"[:200])
+            self.lost_unjoined += 1
+            self.lost_incomplete += 1
+            self._check()
+            return
+        consumer.socket = socket
+        socket.closed.add_done_callback(lambda _: self._lost(consumer))
+
+    def _lost(self, consumer: _Consumer) -> None:
+        if not self.closing:
+            self.errors.append(f"consumer {consumer.index}: the hub closed the connection")
+            self.lost_unjoined += not consumer.joined
+            self.lost_incomplete += consumer.deltas < self.expect
+            self._check()
+
+    async def close(self) -> None:
+        self.closing = True
+        await asyncio.gather(
+            *(c.socket.close() for c in self.consumers if c.socket is not None),
+            return_exceptions=True,
+        )
+
+
+async def _command(conn: Connection, timeout: float) -> dict[str, Any]:
+    ready = await asyncio.to_thread(conn.poll, timeout)
+    if not ready:
+        raise TimeoutError("the parent sent no command in time")
+    command: dict[str, Any] = conn.recv()
+    return command
+
+
+async def _run(conn: Connection, url: str, count: int, at_once: bool, timeout: float) -> None:
+    fleet = _Fleet(url, count)
+    try:
+        if at_once:
+            conn.send({"alive": True})
+            await _command(conn, timeout)  # "go"
+        started = time.monotonic()
+        gate = None if at_once else asyncio.Semaphore(CONNECT_CONCURRENCY)
+        await asyncio.gather(*(fleet.connect(c, gate) for c in fleet.consumers))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fleet.all_joined.wait(), timeout)
+        conn.send(
+            {
+                "started": started,
+                "snapshot_at": fleet.snapshot_at,
+                "snapshot_bytes": fleet.snapshot_bytes,
+                "joined": sum(1 for t in fleet.snapshot_at if t),
+                "errors": fleet.errors[:5],
+                "error_count": len(fleet.errors),
+            }
+        )
+        for _ in range(100):  # bounded: a handful of commands ever arrive
+            command = await _command(conn, timeout)
+            if command["cmd"] == "measure":
+                cpu = time.process_time()
+                fleet.expect = int(command["expect"])
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fleet.all_complete.wait(), float(command["timeout"]))
+                conn.send(
+                    {
+                        "latencies": fleet.latencies.tobytes(),
+                        "deliveries": fleet.deliveries,
+                        "complete": fleet.complete,
+                        "first_at": fleet.first_at,
+                        "last_at": fleet.last_at,
+                        "cpu": time.process_time() - cpu,
+                        "errors": fleet.errors[:5],
+                        "error_count": len(fleet.errors),
+                    }
+                )
+            elif command["cmd"] == "close":
+                break
+    finally:
+        await fleet.close()
+        with contextlib.suppress(Exception):
+            conn.send({"closed": True})
+
+
+def fleet_main(conn: Connection, url: str, count: int, at_once: bool, timeout: float) -> None:
+    """Entry point of a fleet worker process."""
+    try:
+        asyncio.run(_run(conn, url, count, at_once, timeout))
+    finally:
+        conn.close()
+
+
+class FleetProcess:
+    """The parent's handle on one fleet worker process."""
+
+    def __init__(self, url: str, count: int, *, at_once: bool, timeout: float) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.timeout = timeout
+        self.count = count
+        self.process = ctx.Process(
+            target=fleet_main, args=(child, url, count, at_once, timeout), daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    @property
+    def pid(self) -> int:
+        assert self.process.pid is not None
+        return self.process.pid
+
+    def send(self, **command: Any) -> None:
+        self.conn.send(command)
+
+    def receive(self, timeout: float | None = None) -> dict[str, Any]:
+        if not self.conn.poll(self.timeout if timeout is None else timeout):
+            raise TimeoutError(f"fleet {self.pid} did not answer in time")
+        answer: dict[str, Any] = self.conn.recv()
+        return answer
+
+    def stop(self) -> None:
+        """Close its consumers and end it; terminate, then kill it by PID if it hangs."""
+        with contextlib.suppress(Exception):
+            if self.process.is_alive():
+                self.conn.send({"cmd": "close"})
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and self.conn.poll(
+                    max(0.0, deadline - time.monotonic())
+                ):
+                    if self.conn.recv().get("closed"):
+                        break
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.conn.close()
+
+
+class Agent:
+    """A producer on ``/agent`` that publishes JSON events and drains what the hub sends."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.errors: list[str] = []
+        self.acked_seq = 0
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def open(cls, url: str) -> Agent:
+        ws = await ws_connect(url, proxy=None, compression=None, max_size=None, open_timeout=30)
+        welcome = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        assert welcome.get("name") == "hub.welcome", welcome
+        return cls(ws)
+
+    async def _read(self) -> None:
+        with contextlib.suppress(Exception):
+            async for message in self.ws:
+                frame = json.loads(message)
+                if frame.get("name") == "hub.error":
+                    self.errors.append(json.dumps(frame.get("value"))[:200])
+                elif frame.get("name") == "hub.ack":
+                    self.acked_seq = int(frame["value"]["seq"])
+
+    async def publish(self, event: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(event, separators=(",", ":")))
+
+    async def wait_acked(self, seq: int, timeout: float) -> bool:
+        """Wait until the hub acknowledged every event up to ``seq`` (it took them all)."""
+        deadline = time.monotonic() + timeout
+        while self.acked_seq < seq and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.acked_seq >= seq
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(), 10)
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader

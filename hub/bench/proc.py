@@ -1,0 +1,174 @@
+"""A real hub node in a subprocess, and what the benchmark reads about it from outside.
+
+The hub runs as ``python -m hub.server.cli serve --store memory://`` on 127.0.0.1 and a free
+port. Its CPU time comes from ``/proc/PID/stat``, its resident memory from
+``/proc/PID/status``, its counters from ``GET /metrics``. It is stopped by PID (SIGTERM, then
+SIGKILL after a grace period), always.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import re
+import resource
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from types import TracebackType
+
+_LISTENING = re.compile(r"listening on ws://127\.0\.0\.1:(\d+)")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def raise_nofile(needed: int) -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to at least ``needed`` (capped by the hard limit).
+
+    Child processes inherit it. Returns the (soft, hard) limits now in force.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2 :].split()
+    # After "pid (comm) ", fields[0] is state (field 3); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of one process, from VmRSS in /proc/PID/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def listen_overflows() -> int:
+    """TcpExt ListenOverflows from /proc/net/netstat: system-wide, -1 if unreadable."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return -1
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            fields = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return int(fields.get("ListenOverflows", -1))
+    return -1
+
+
+class HubProcess:
+    """``with HubProcess() as hub:`` starts a hub node and always stops it."""
+
+    def __init__(self, *extra_args: str, start_timeout: float = 20.0) -> None:
+        self.extra_args = list(extra_args)
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> HubProcess:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "hub.server.cli", "serve", "--store", "memory://"]
+        args += ["--host", "127.0.0.1", "--port", "0", "--log-level", "WARNING"]
+        self.proc = subprocess.Popen(
+            args + self.extra_args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + self.start_timeout
+        seen = b""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline and b"\n" not in seen:
+                if selector.select(max(0.0, deadline - time.monotonic())):
+                    chunk = os.read(self.proc.stdout.fileno(), 4096)
+                    if not chunk:
+                        break
+                    seen += chunk
+        match = _LISTENING.search(seen.decode(errors="replace"))
+        if match is None:
+            raise RuntimeError(
+                f"the hub did not start: {seen.decode(errors='replace')!r} {self.stderr_tail()}"
+            )
+        self.port = int(match.group(1))
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self._stderr.seek(0)
+            return self._stderr.read().decode(errors="replace")[-limit:]
+        return ""
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if proc is not None and proc.stdout is not None:
+            proc.stdout.close()
+        self._stderr.close()
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    def metrics(self) -> str:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            response = conn.getresponse()
+            return response.read().decode()
+        finally:
+            conn.close()
+
+    def counter(self, name: str, **labels: str) -> float:
+        """One series of ``GET /metrics``, 0 if absent."""
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        series = f"{name}{{{want}}}" if want else name
+        for line in self.metrics().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return 0.0

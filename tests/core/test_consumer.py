@@ -1,0 +1,110 @@
+"""Per-consumer repair: the frames depend on what this consumer was sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub.core.consumer import ConsumerView, resume, sync_frames
+from hub.core.thread import Thread
+
+
+def types(frames: list[dict[str, Any]]) -> list[str]:
+    return [f["type"] for f in frames]
+
+
+def mid_run_thread() -> Thread:
+    thread = Thread("t", "e1")
+    for event in [
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r1"},
+        {"type": "STATE_SNAPSHOT", "snapshot": {"a": 1}},
+        {"type": "TEXT_MESSAGE_START", "messageId": "done", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "done", "delta": "finished"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "done"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "live", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "live", "delta": "so far"},
+        {
+            "type": "TOOL_CALL_START",
+            "toolCallId": "tc",
+            "toolCallName": "f",
+            "parentMessageId": "p",
+        },
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "tc", "delta": '{"q"'},
+    ]:
+        assert thread.publish(event).error is None
+    return thread
+
+
+def test_a_fresh_join_gets_the_join_prefix() -> None:
+    thread = mid_run_thread()
+    frames = sync_frames(thread, ConsumerView())
+    assert types(frames) == [
+        "RUN_STARTED",
+        "STATE_SNAPSHOT",
+        "MESSAGES_SNAPSHOT",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+    ]
+    # finished messages are in the snapshot; streaming ones are re-opened, not duplicated
+    assert [m["id"] for m in frames[2]["messages"]] == ["done"]
+    assert frames[4]["delta"] == "so far" and frames[6]["delta"] == '{"q"'
+    assert all(f["metadata"]["hub"] == {"seq": 9, "epoch": "e1", "sync": True} for f in frames)
+
+
+def test_a_repair_inside_the_same_run_sends_no_second_run_started() -> None:
+    thread = mid_run_thread()
+    view = ConsumerView()
+    view.catch_up(thread)
+    thread.publish({"type": "TEXT_MESSAGE_CONTENT", "messageId": "live", "delta": " more"})
+    frames = sync_frames(thread, view)
+    assert types(frames) == ["STATE_SNAPSHOT", "MESSAGES_SNAPSHOT"]
+    # the consumer keeps "live" open: the snapshot carries its content so far, in place
+    live = [m for m in frames[1]["messages"] if m["id"] == "live"]
+    assert live and live[0]["content"] == "so far more"
+
+
+def test_a_repair_across_runs_closes_what_the_consumer_holds_open() -> None:
+    thread = mid_run_thread()
+    view = ConsumerView()
+    view.catch_up(thread)
+    thread.publish({"type": "RUN_ERROR", "message": "boom"})
+    thread.publish({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"})
+    frames = sync_frames(thread, view)
+    assert types(frames) == [
+        "TOOL_CALL_END",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+        "RUN_STARTED",
+        "STATE_SNAPSHOT",
+        "MESSAGES_SNAPSHOT",
+    ]
+    assert frames[2]["runId"] == "r1" and frames[3]["runId"] == "r2"
+
+
+def test_the_view_follows_sent_events() -> None:
+    thread = Thread("t", "e")
+    view = ConsumerView()
+    for event in [
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m"},
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "c", "delta": "x"},
+    ]:
+        for stamped in thread.publish(event).events:
+            view.observe(stamped)
+    assert (view.seq, view.run_id, list(view.open)) == (4, "r", ["text:c"])
+    assert list(thread.open) == list(view.open)
+
+
+def test_resume_replays_when_the_log_holds_the_gap() -> None:
+    thread = Thread("t", "e", retention=2)
+    for i in range(4):
+        thread.publish(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+    events, cause = resume(thread, 2, "e")
+    assert cause is None and [e["metadata"]["hub"]["seq"] for e in events or []] == [3, 4]
+    assert resume(thread, 1, "e") == (None, "resume_too_old")
+    assert resume(thread, 3, "other") == (None, "epoch_changed")
+    assert resume(thread, 9, "e") == (None, "epoch_changed")

@@ -1,0 +1,95 @@
+"""MESSAGES_SNAPSHOT reconciliation and message building, as AG-UI 1.0 states them."""
+
+from __future__ import annotations
+
+from hub.core.messages import MessageLog, reconcile
+
+
+def m(mid: str, role: str = "assistant", content: str = "") -> dict[str, object]:
+    return {"id": mid, "role": role, "content": content}
+
+
+def ids(messages: list[dict[str, object]]) -> list[object]:
+    return [x["id"] for x in messages]
+
+
+def test_known_ids_are_replaced_in_place_and_keep_their_position() -> None:
+    held = [m("a", content="old a"), m("b"), m("c")]
+    result = reconcile(held, [m("c"), m("a", content="new a"), m("b")])
+    assert ids(result) == ["a", "b", "c"]
+    assert result[0]["content"] == "new a"
+
+
+def test_new_ids_are_appended_in_snapshot_order() -> None:
+    result = reconcile([m("a")], [m("z"), m("a"), m("y")])
+    assert ids(result) == ["a", "z", "y"]
+
+
+def test_held_messages_missing_from_the_snapshot_are_dropped() -> None:
+    assert ids(reconcile([m("a"), m("b", "user")], [m("a")])) == ["a"]
+
+
+def test_activity_and_reasoning_survive_a_snapshot_that_carries_none_of_their_role() -> None:
+    held = [m("a"), m("act", "activity"), m("r", "reasoning")]
+    assert ids(reconcile(held, [m("a")])) == ["a", "act", "r"]
+
+
+def test_a_snapshot_carrying_a_role_is_the_complete_set_for_that_role() -> None:
+    held = [m("a"), m("act1", "activity"), m("r", "reasoning")]
+    result = reconcile(held, [m("a"), m("act2", "activity")])
+    assert ids(result) == ["a", "r", "act2"]
+
+
+def test_text_and_tool_calls_build_messages_like_the_official_client() -> None:
+    log = MessageLog()
+    log.start_text("m1", "assistant")
+    log.append_text("m1", "Hel")
+    log.append_text("m1", "lo")
+    log.start_tool_call("t1", "search", "m1")
+    log.append_tool_args("t1", '{"q":')
+    log.append_tool_args("t1", '"x"}')
+    log.add_tool_result("r1", "t1", "found")
+    assert log.items == [
+        {
+            "id": "m1",
+            "role": "assistant",
+            "content": "Hello",
+            "toolCalls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": '{"q":"x"}'},
+                }
+            ],
+        },
+        {"id": "r1", "role": "tool", "toolCallId": "t1", "content": "found"},
+    ]
+
+
+def test_a_tool_call_without_a_known_parent_gets_its_own_assistant_message() -> None:
+    log = MessageLog()
+    log.start_tool_call("t1", "search", None)
+    log.start_tool_call("t2", "fetch", "p9")
+    assert ids(log.items) == ["t1", "p9"]
+
+
+def test_activity_snapshot_and_delta() -> None:
+    log = MessageLog()
+    log.activity_snapshot("a1", "progress", {"pct": 1}, None)
+    log.activity_delta("a1", "progress", [{"op": "replace", "path": "/pct", "value": 50}])
+    log.activity_snapshot("a1", "progress", {"pct": 0}, False)  # replace=false keeps it
+    assert log.get("a1") == {
+        "id": "a1",
+        "role": "activity",
+        "activityType": "progress",
+        "content": {"pct": 50},
+    }
+
+
+def test_tool_call_lookup_survives_a_snapshot() -> None:
+    log = MessageLog()
+    log.start_tool_call("t1", "search", "p")
+    log.replace_all([dict(log.items[0])])
+    log.append_tool_args("t1", "{}")
+    call = log.tool_call("t1")
+    assert call is not None and call["function"]["arguments"] == "{}"

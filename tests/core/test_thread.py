@@ -1,0 +1,165 @@
+"""The thread state machine, fed events directly: no loop, no sockets."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from hub.core.thread import Thread
+
+
+def run_started(run: str = "r1") -> dict[str, Any]:
+    return {"type": "RUN_STARTED", "threadId": "t", "runId": run}
+
+
+def delta(*ops: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "STATE_DELTA", "delta": list(ops)}
+
+
+@pytest.fixture
+def thread() -> Thread:
+    return Thread("t", "epoch-1")
+
+
+def test_every_accepted_event_gets_the_next_seq_and_its_position(thread: Thread) -> None:
+    a = thread.publish(run_started()).events[0]
+    b = thread.publish(
+        {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}, "metadata": {"x": 1}}
+    ).events[0]
+    assert a["metadata"]["hub"] == {"seq": 1, "epoch": "epoch-1"}
+    assert b["metadata"] == {"x": 1, "hub": {"seq": 2, "epoch": "epoch-1"}}
+    assert thread.seq == 2
+
+
+def test_snapshot_replaces_and_delta_patches(thread: Thread) -> None:
+    thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"a": 1, "b": 2}})
+    thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"c": 3}})
+    assert thread.state == {"c": 3}
+    thread.publish(delta({"op": "add", "path": "/d", "value": 4}))
+    assert thread.state == {"c": 3, "d": 4}
+
+
+def test_a_failed_patch_is_skipped_atomically_and_not_sequenced(thread: Thread) -> None:
+    thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"a": 1}})
+    outcome = thread.publish(
+        delta({"op": "add", "path": "/b", "value": 2}, {"op": "test", "path": "/a", "value": 9})
+    )
+    assert outcome.error is not None and outcome.error.code == "patch_failed"
+    assert outcome.events == []
+    assert thread.state == {"a": 1} and thread.seq == 1
+
+
+def test_a_malformed_patch_ends_the_open_run_with_run_error(thread: Thread) -> None:
+    thread.publish(run_started())
+    outcome = thread.publish(delta({"op": "add", "path": "/x"}))
+    assert outcome.error is not None and outcome.error.code == "malformed_patch"
+    assert [e["type"] for e in outcome.events] == ["RUN_ERROR"]
+    assert outcome.events[0]["code"] == "malformed_patch"
+    assert thread.run is None
+
+
+def test_unknown_patch_ops_are_dropped_with_a_warning(thread: Thread) -> None:
+    outcome = thread.publish(
+        delta({"op": "nope", "path": "/a"}, {"op": "add", "path": "/a", "value": 1})
+    )
+    assert outcome.warnings and "nope" in outcome.warnings[0]
+    assert outcome.events[0]["delta"] == [{"op": "add", "path": "/a", "value": 1}]
+    assert thread.state == {"a": 1}
+
+
+def test_runs_are_tracked_and_a_second_run_started_is_rejected(thread: Thread) -> None:
+    thread.publish(run_started("r1"))
+    assert thread.run_id == "r1"
+    assert thread.publish(run_started("r2")).error is not None
+    assert thread.publish({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"}).error is None
+    assert thread.run_id is None
+    assert thread.publish(run_started("r2")).error is None
+
+
+def test_run_finished_with_an_open_message_is_rejected(thread: Thread) -> None:
+    thread.publish(run_started())
+    thread.publish({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})
+    outcome = thread.publish({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"})
+    assert outcome.error is not None and outcome.error.code == "invalid_sequence"
+
+
+def test_content_for_a_message_never_started_is_rejected(thread: Thread) -> None:
+    outcome = thread.publish({"type": "TEXT_MESSAGE_CONTENT", "messageId": "x", "delta": "hi"})
+    assert outcome.error is not None and outcome.error.code == "invalid_sequence"
+    assert thread.seq == 0
+
+
+def test_streamed_messages_and_tool_calls_are_built(thread: Thread) -> None:
+    thread.publish(run_started())
+    for e in [
+        {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "Hi"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m"},
+        {
+            "type": "TOOL_CALL_START",
+            "toolCallId": "t1",
+            "toolCallName": "f",
+            "parentMessageId": "m",
+        },
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "t1", "delta": "{}"},
+    ]:
+        assert thread.publish(e).error is None
+    assert list(thread.open) == ["tool:t1"]
+    assert thread.messages.items[0]["content"] == "Hi"
+    assert thread.messages.items[0]["toolCalls"][0]["function"]["arguments"] == "{}"
+
+
+def test_chunks_open_a_message_and_the_next_other_event_closes_it(thread: Thread) -> None:
+    thread.publish(run_started())
+    thread.publish({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c", "delta": "a"})
+    thread.publish({"type": "TEXT_MESSAGE_CHUNK", "delta": "b"})
+    assert "text:c" in thread.open
+    thread.publish(delta({"op": "add", "path": "/k", "value": 1}))
+    assert "text:c" not in thread.open
+    assert thread.messages.get("c") == {"id": "c", "role": "assistant", "content": "ab"}
+
+
+def test_hub_names_are_reserved_for_custom_events(thread: Thread) -> None:
+    outcome = thread.publish({"type": "CUSTOM", "name": "hub.welcome", "value": 1})
+    assert outcome.error is not None and outcome.error.code == "invalid_event"
+
+
+def test_abort_run_closes_everything_open(thread: Thread) -> None:
+    thread.publish(run_started())
+    thread.publish({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})
+    event = thread.abort_run("agent gone", "agent_disconnected")
+    assert event is not None and event["type"] == "RUN_ERROR"
+    assert thread.run is None and not thread.open
+    assert thread.abort_run("again", "x") is None
+
+
+def test_since_replays_from_the_retained_log_only() -> None:
+    thread = Thread("t", "e", retention=3)
+    for i in range(5):
+        thread.publish(delta({"op": "add", "path": f"/k{i}", "value": i}))
+    assert [e["metadata"]["hub"]["seq"] for e in thread.since(2) or []] == [3, 4, 5]
+    assert thread.since(5) == []
+    assert thread.since(1) is None  # seq 2 is no longer retained
+    assert thread.since(6) is None  # from the future
+
+
+def test_record_round_trip_and_log_replay_rebuild_the_same_thread(thread: Thread) -> None:
+    thread.publish(run_started())
+    thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"a": [1]}})
+    record = copy.deepcopy(thread.to_record())
+    thread.publish(delta({"op": "add", "path": "/a/-", "value": 2}))
+    thread.publish({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})
+    thread.publish({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x"})
+    rebuilt = Thread.from_record(record, list(thread.log))
+    assert rebuilt.view() == thread.view()
+    assert rebuilt.open.keys() == thread.open.keys()
+    assert rebuilt.since(0) == thread.since(0)
+
+
+def test_input_carries_state_across_runs(thread: Thread) -> None:
+    thread.publish(run_started())
+    thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"draft": {"sections": []}}})
+    thread.publish({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"})
+    assert thread.input()["state"] == {"draft": {"sections": []}}

@@ -1,0 +1,199 @@
+"""Per-consumer repair, every cause, against real hub processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from support import Client, HubProcess, Mirror, is_custom, seq_of
+
+from .test_wire import consumer, producer, settle
+
+
+def is_sync(event: dict[str, Any]) -> bool:
+    return bool(((event.get("metadata") or {}).get("hub") or {}).get("sync"))
+
+
+async def publish_counter(agent: Client, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        await agent.send(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+
+
+async def test_resync_repairs_only_the_consumer_that_asked(hub: HubProcess) -> None:
+    asker, bystander = await consumer(hub), await consumer(hub)
+    await settle(asker)
+    await settle(bystander)
+    agent = await producer(hub)
+    await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"a": 1}})
+    await asker.recv_until(lambda e: e["type"] == "STATE_SNAPSHOT")
+    await bystander.recv_until(lambda e: e["type"] == "STATE_SNAPSHOT")
+    await asker.send({"type": "hub.resync", "reason": "patch_failed"})
+    got = await asker.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
+    assert [e["type"] for e in got] == ["STATE_SNAPSHOT", "MESSAGES_SNAPSHOT"]
+    assert got[0]["snapshot"] == {"a": 1} and all(is_sync(e) and seq_of(e) == 1 for e in got)
+    await agent.send({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/b", "value": 2}]})
+    nxt = await bystander.recv()
+    assert nxt["type"] == "STATE_DELTA"  # the bystander saw no snapshot
+    assert hub.metric("agui_hub_resyncs_total", cause="patch_failed") == 1
+
+
+async def test_reconnect_with_since_replays_the_missed_events(hub: HubProcess) -> None:
+    watcher = await consumer(hub)
+    await settle(watcher)
+    agent = await producer(hub)
+    await publish_counter(agent, 5)
+    got = await watcher.recv_until(lambda e: seq_of(e) == 5)
+    epoch = got[-1]["metadata"]["hub"]["epoch"]
+    await watcher.close()
+    await publish_counter(agent, 5, start=5)
+    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 10)
+    again = await consumer(hub, query=f"?since=5&epoch={epoch}")
+    replay = await again.recv_until(lambda e: seq_of(e) == 10)
+    assert [seq_of(e) for e in replay] == [6, 7, 8, 9, 10]
+    assert not any(is_sync(e) for e in replay)
+
+
+async def test_resume_too_old_gets_a_snapshot(start_hub: Callable[..., HubProcess]) -> None:
+    hub = start_hub("--retention", "3")
+    agent = await producer(hub)
+    await publish_counter(agent, 10)
+    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 10)
+    epoch = hub.thread("t1")["epoch"]
+    late = await consumer(hub, query=f"?since=2&epoch={epoch}")
+    got = await settle(late)
+    assert got[0]["type"] == "STATE_SNAPSHOT" and seq_of(got[0]) == 10
+    assert got[0]["snapshot"] == hub.thread("t1")["state"]
+    assert hub.metric("agui_hub_resyncs_total", cause="resume_too_old") == 1
+
+
+async def test_resume_from_another_epoch_gets_a_snapshot(hub: HubProcess) -> None:
+    agent = await producer(hub)
+    await publish_counter(agent, 3)
+    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 3)
+    stale = await consumer(hub, query="?since=2&epoch=not-this-one")
+    got = await settle(stale)
+    assert got[0]["type"] == "STATE_SNAPSHOT" and len(got[0]["snapshot"]) == 3
+    assert hub.metric("agui_hub_resyncs_total", cause="epoch_changed") == 1
+
+
+async def test_a_slow_consumer_is_conflated_not_disconnected(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    hub = start_hub("--consumer-buffer", "200000", "--slow-timeout", "30")
+    slow = await consumer(hub, max_queue=1)
+    await settle(slow)
+    fast = await consumer(hub)
+    await settle(fast)
+    agent = await producer(hub)
+    blob = "x" * 50_000
+    for i in range(150):  # ~7.5 MB: far past the buffer plus what the sockets hold
+        await agent.send(
+            {
+                "type": "STATE_DELTA",
+                "delta": [{"op": "add", "path": f"/k{i % 20}", "value": blob + str(i)}],
+            }
+        )
+    await fast.recv_until(lambda e: seq_of(e) == 150, timeout=30)
+    assert hub.metric("agui_hub_buffer_drops_total") >= 1
+    mirror = Mirror()
+    for event in slow.received:
+        mirror.apply(event)
+    got = await slow.recv_until(lambda e: (mirror.apply(e), mirror.seq)[1] == 150, timeout=30)
+    assert any(e["type"] == "STATE_SNAPSHOT" and is_sync(e) for e in got)
+    assert mirror.doc.root == hub.thread("t1")["state"]
+    assert len(got) < 150  # the backlog was conflated, not delivered
+    assert slow.ws.close_code is None  # still connected
+    assert hub.metric("agui_hub_resyncs_total", cause="slow_consumer") >= 1
+
+
+async def test_a_consumer_that_takes_nothing_is_closed_with_4008(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    hub = start_hub("--consumer-buffer", "100000", "--slow-timeout", "1")
+    stuck = await consumer(hub, max_queue=1)
+    await settle(stuck)
+    agent = await producer(hub)
+    blob = "y" * 100_000
+    for i in range(120):
+        await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"v": blob, "i": i}})
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(2.5)
+    try:
+        while True:
+            await stuck.recv(timeout=10)
+    except Exception:
+        pass
+    assert stuck.ws.close_code == 4008
+    assert hub.metric("agui_hub_slow_closes_total") == 1
+
+
+async def test_consumer_edits_apply_or_conflict(hub: HubProcess) -> None:
+    agent = await producer(hub)
+    await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"title": "draft", "n": 0}})
+    writer, other = await consumer(hub), await consumer(hub)
+    await settle(writer)
+    await settle(other)
+    edit = [
+        {"op": "test", "path": "/title", "value": "draft"},
+        {"op": "replace", "path": "/title", "value": "final"},
+    ]
+    await writer.send(
+        {"type": "hub.publish", "base": 1, "event": {"type": "STATE_DELTA", "delta": edit}}
+    )
+    got = await other.recv_until(lambda e: e["type"] == "STATE_DELTA")
+    assert got[-1]["delta"] == edit and seq_of(got[-1]) == 2
+    # the same edit again: its test op fails now, so it conflicts
+    await writer.send(
+        {"type": "hub.publish", "base": 1, "event": {"type": "STATE_DELTA", "delta": edit}}
+    )
+    got = await writer.recv_until(lambda e: is_custom(e, "hub.error"))
+    assert got[-1]["value"]["code"] == "conflict"
+    repaired = await writer.recv_until(lambda e: e["type"] == "STATE_SNAPSHOT")
+    assert repaired[-1]["snapshot"] == {"title": "final", "n": 0}
+    # a stale whole-state write conflicts too
+    await writer.send(
+        {"type": "hub.publish", "base": 1, "event": {"type": "STATE_SNAPSHOT", "snapshot": {}}}
+    )
+    got = await writer.recv_until(lambda e: is_custom(e, "hub.error"))
+    assert got[-1]["value"]["code"] == "conflict"
+    assert hub.thread("t1")["state"] == {"title": "final", "n": 0}
+
+
+async def test_consumer_edits_other_than_state_are_refused(hub: HubProcess) -> None:
+    writer = await consumer(hub)
+    await settle(writer)
+    await writer.send(
+        {"type": "hub.publish", "event": {"type": "RUN_STARTED", "threadId": "t1", "runId": "x"}}
+    )
+    got = await writer.recv_until(lambda e: is_custom(e, "hub.error"))
+    assert got[-1]["value"]["code"] == "bad_request"
+    await writer.send({"type": "hub.nonsense"})
+    got = await writer.recv_until(lambda e: is_custom(e, "hub.error"))
+    assert got[-1]["value"]["code"] == "unknown_command"
+    assert hub.thread("t1")["run"] is None
+
+
+async def test_sqlite_store_survives_a_restart_with_its_epoch(
+    start_hub: Callable[..., HubProcess], tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path}/hub.db"
+    first = start_hub(store=store)
+    agent = await producer(first)
+    await agent.send({"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"})
+    await publish_counter(agent, 5)
+    await agent.send({"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1"})
+    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 7)
+    before = first.thread("t1")
+    await agent.close()
+    first.stop()
+    second = start_hub(store=store)
+    assert second.thread("t1") == before
+    watcher = await consumer(second, query=f"?since=3&epoch={before['epoch']}")
+    replay = await watcher.recv_until(lambda e: seq_of(e) == 7)
+    assert [seq_of(e) for e in replay] == [4, 5, 6, 7]
+    agent = await producer(second)
+    assert agent.received[0]["value"]["input"]["state"] == before["state"]

@@ -1,0 +1,194 @@
+"""The v1 wire contract, against a real hub process with real WebSocket clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from support import Client, HubProcess, is_custom, seq_of
+
+
+async def producer(hub: HubProcess, thread: str = "t1", **kw: Any) -> Client:
+    client = await Client.open(f"{hub.ws}/v1/threads/{thread}/agent", **kw)
+    welcome = await client.recv()
+    assert is_custom(welcome, "hub.welcome")
+    return client
+
+
+async def consumer(hub: HubProcess, thread: str = "t1", query: str = "", **kw: Any) -> Client:
+    client = await Client.open(f"{hub.ws}/v1/threads/{thread}{query}", **kw)
+    welcome = await client.recv()
+    assert is_custom(welcome, "hub.welcome")
+    return client
+
+
+async def settle(client: Client) -> list[dict[str, Any]]:
+    """Receive the join prefix (everything up to MESSAGES_SNAPSHOT)."""
+    return await client.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
+
+
+async def test_welcome_comes_first_and_carries_position_and_input(hub: HubProcess) -> None:
+    agent = await Client.open(f"{hub.ws}/v1/threads/t1/agent")
+    welcome = await agent.recv()
+    value = welcome["value"]
+    assert welcome["name"] == "hub.welcome"
+    assert value["threadId"] == "t1" and value["seq"] == 0 and value["epoch"] and value["node"]
+    assert value["input"] == {"threadId": "t1", "state": {}, "messages": []}
+    watcher = await Client.open(f"{hub.ws}/v1/threads/t1")
+    first = await watcher.recv()
+    assert first["name"] == "hub.welcome" and "input" not in first["value"]
+
+
+async def test_events_fan_out_in_order_to_every_consumer(hub: HubProcess) -> None:
+    a, b = await consumer(hub), await consumer(hub)
+    await settle(a)
+    await settle(b)
+    agent = await producer(hub)
+    events = [
+        {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"},
+        {"type": "STATE_SNAPSHOT", "snapshot": {"doc": {"sections": []}}},
+        {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/doc/sections/-", "value": "s1"}]},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "hello"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1"},
+        {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1"},
+    ]
+    for e in events:
+        await agent.send(e)
+    for client in (a, b):
+        got = await client.recv_until(lambda e: e["type"] == "RUN_FINISHED")
+        assert [e["type"] for e in got] == [e["type"] for e in events]
+        assert [seq_of(e) for e in got] == list(range(1, 8))
+    view = hub.thread("t1")
+    assert view["state"] == {"doc": {"sections": ["s1"]}}
+    assert view["messages"] == [{"id": "m1", "role": "assistant", "content": "hello"}]
+    assert view["seq"] == 7 and view["run"] is None
+
+
+async def test_producers_are_acknowledged_for_stored_frames(hub: HubProcess) -> None:
+    agent = await producer(hub)
+    for i in range(20):
+        await agent.send(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+    acks = await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 20)
+    assert acks[-1]["value"]["seq"] == 20
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("{not json", "bad_frame"),
+        ("[1, 2]", "bad_frame"),
+        ('{"type": "NOT_AN_EVENT"}', "invalid_event"),
+        ('{"type": "TEXT_MESSAGE_CONTENT", "messageId": "m"}', "invalid_event"),
+        (
+            '{"type": "TEXT_MESSAGE_CONTENT", "messageId": "ghost", "delta": "x"}',
+            "invalid_sequence",
+        ),
+        (
+            '{"type": "STATE_DELTA", "delta": [{"op": "remove", "path": "/missing"}]}',
+            "patch_failed",
+        ),
+        ('{"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x"}]}', "malformed_patch"),
+        ('{"type": "CUSTOM", "name": "hub.ack", "value": 1}', "invalid_event"),
+        ('{"type": "STATE_SNAPSHOT", "snapshot": NaN}', "bad_frame"),
+    ],
+)
+async def test_rejected_frames_get_a_stable_code_and_cost_nobody_else(
+    hub: HubProcess, frame: str, code: str
+) -> None:
+    watcher = await consumer(hub)
+    await settle(watcher)
+    agent = await producer(hub)
+    await agent.ws.send(frame)
+    error = await agent.recv_until(lambda e: is_custom(e, "hub.error"))
+    assert error[-1]["value"]["code"] == code and error[-1]["value"]["frame"] == 1
+    await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"still": "serving"}})
+    got = await watcher.recv_until(lambda e: e["type"] == "STATE_SNAPSHOT")
+    assert got[-1]["snapshot"] == {"still": "serving"} and seq_of(got[-1]) == 1
+    assert hub.metric("agui_hub_events_rejected_total", code=code) >= 1
+
+
+async def test_a_malformed_patch_ends_the_run_for_everyone(hub: HubProcess) -> None:
+    watcher = await consumer(hub)
+    await settle(watcher)
+    agent = await producer(hub)
+    await agent.send({"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"})
+    await agent.send({"type": "STATE_DELTA", "delta": [{"op": "move", "path": "/a"}]})
+    got = await watcher.recv_until(lambda e: e["type"] == "RUN_ERROR")
+    assert got[-1]["code"] == "malformed_patch"
+    assert hub.thread("t1")["run"] is None
+
+
+async def test_unknown_patch_ops_are_dropped_not_fatal(hub: HubProcess) -> None:
+    watcher = await consumer(hub)
+    await settle(watcher)
+    agent = await producer(hub)
+    await agent.send(
+        {
+            "type": "STATE_DELTA",
+            "delta": [{"op": "x-merge", "path": "/a"}, {"op": "add", "path": "/a", "value": 1}],
+        }
+    )
+    got = await watcher.recv_until(lambda e: e["type"] == "STATE_DELTA")
+    assert got[-1]["delta"] == [{"op": "add", "path": "/a", "value": 1}]
+    assert hub.metric("agui_hub_patch_ops_dropped_total") == 1
+
+
+async def test_msgpack_subprotocol_gets_binary_frames_both_ways(hub: HubProcess) -> None:
+    watcher = await consumer(hub, msgpack_encoding=True)
+    await settle(watcher)
+    agent = await producer(hub, msgpack_encoding=True)
+    await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"bin": [1, 2, 3]}})
+    got = await watcher.recv_until(lambda e: e["type"] == "STATE_SNAPSHOT")
+    assert got[-1]["snapshot"] == {"bin": [1, 2, 3]}
+
+
+async def test_http_endpoints(hub: HubProcess) -> None:
+    assert hub.get("/healthz") == (200, "ok\n")
+    assert hub.get("/readyz")[0] == 200
+    status, body = hub.get("/v1/threads/fresh")
+    assert status == 200 and set(json.loads(body)) == {
+        "threadId",
+        "epoch",
+        "seq",
+        "state",
+        "messages",
+        "run",
+    }
+    assert hub.get("/v1/threads/bad%2Fid")[0] == 404
+    assert hub.get("/nope")[0] == 404
+    _, metrics = hub.get("/metrics")
+    for name in ("agui_hub_connections", "agui_hub_threads"):
+        assert f"# TYPE {name}" in metrics
+
+
+async def test_unknown_websocket_paths_are_refused(hub: HubProcess) -> None:
+    from websockets.exceptions import InvalidStatus
+
+    with pytest.raises(InvalidStatus) as info:
+        await Client.open(f"{hub.ws}/v1/threads/../etc")
+    assert info.value.response.status_code == 404
+
+
+async def test_agent_disconnect_mid_run_ends_the_run(hub: HubProcess) -> None:
+    watcher = await consumer(hub)
+    await settle(watcher)
+    agent = await producer(hub)
+    await agent.send({"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"})
+    await agent.close()
+    got = await watcher.recv_until(lambda e: e["type"] == "RUN_ERROR")
+    assert got[-1]["code"] == "agent_disconnected"
+
+
+async def test_sigterm_drains_consumers_with_4009(hub: HubProcess) -> None:
+    watcher = await consumer(hub)
+    await settle(watcher)
+    loop = asyncio.get_running_loop()
+    code = await loop.run_in_executor(None, hub.terminate)
+    assert code == 0
+    await asyncio.wait_for(watcher.ws.wait_closed(), 5)
+    assert watcher.ws.close_code == 4009

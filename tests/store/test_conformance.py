@@ -1,0 +1,121 @@
+"""One conformance suite; every store backend must pass all of it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from hub.store import Store, open_store
+from hub.wire.codec import pack, unpack
+
+Opener = Callable[[], Awaitable[Store]]
+
+
+def event(seq: int, **extra: object) -> dict[str, object]:
+    return {
+        "type": "CUSTOM",
+        "name": "n",
+        "value": extra or seq,
+        "metadata": {"hub": {"seq": seq, "epoch": "e"}},
+    }
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
+    """Opens the backend under test; for durable backends a second open sees the same data."""
+    opened: list[Store] = []
+    memory: Store | None = None
+
+    async def open_() -> Store:
+        nonlocal memory
+        if request.param == "memory":
+            memory = memory or await open_store("memory://", retention=5)
+            return memory
+        store = await open_store(f"sqlite:///{tmp_path}/hub.db", retention=5)
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        await store.close()
+    if memory is not None:
+        await memory.close()
+
+
+async def test_an_unknown_thread_loads_as_none(opener: Opener) -> None:
+    store = await opener()
+    assert await store.load("nope") is None
+
+
+async def test_create_then_load_gives_the_record_and_an_empty_log(opener: Opener) -> None:
+    store = await opener()
+    await store.create("t", pack({"seq": 0}))
+    stored = await store.load("t")
+    assert stored is not None and unpack(stored.record) == {"seq": 0} and stored.log == []
+
+
+async def test_appended_events_come_back_in_seq_order(opener: Opener) -> None:
+    store = await opener()
+    await store.create("t", pack({}))
+    await store.append("t", [event(1), event(2)])
+    await store.append("t", [event(3, big="x" * 1000)])
+    stored = await store.load("t")
+    assert stored is not None
+    assert [e["metadata"]["hub"]["seq"] for e in stored.log] == [1, 2, 3]
+    assert stored.log[2] == event(3, big="x" * 1000)
+
+
+async def test_the_log_keeps_only_the_newest_retention_events(opener: Opener) -> None:
+    store = await opener()
+    await store.create("t", pack({}))
+    for seq in range(1, 9):
+        await store.append("t", [event(seq)])
+    stored = await store.load("t")
+    assert stored is not None
+    assert [e["metadata"]["hub"]["seq"] for e in stored.log] == [4, 5, 6, 7, 8]
+
+
+async def test_save_record_replaces_the_record_and_keeps_the_log(opener: Opener) -> None:
+    store = await opener()
+    await store.create("t", pack({"seq": 0}))
+    await store.append("t", [event(1)])
+    await store.save_record("t", pack({"seq": 1}))
+    stored = await store.load("t")
+    assert stored is not None and unpack(stored.record) == {"seq": 1} and len(stored.log) == 1
+
+
+async def test_save_record_of_an_unknown_thread_fails(opener: Opener) -> None:
+    store = await opener()
+    with pytest.raises(KeyError):
+        await store.save_record("ghost", pack({}))
+
+
+async def test_create_starts_a_thread_anew(opener: Opener) -> None:
+    store = await opener()
+    await store.create("t", pack({"epoch": 1}))
+    await store.append("t", [event(1)])
+    await store.create("t", pack({"epoch": 2}))
+    stored = await store.load("t")
+    assert stored is not None and unpack(stored.record) == {"epoch": 2} and stored.log == []
+
+
+async def test_threads_are_independent_and_listed(opener: Opener) -> None:
+    store = await opener()
+    await store.create("a", pack({}))
+    await store.create("b", pack({}))
+    await store.append("a", [event(1)])
+    stored_b = await store.load("b")
+    assert stored_b is not None and stored_b.log == []
+    assert sorted(await store.thread_ids()) == ["a", "b"]
+    assert await store.ping()
+
+
+async def test_data_survives_reopening_on_durable_stores(opener: Opener) -> None:
+    first = await opener()
+    await first.create("t", pack({"v": 1}))
+    await first.append("t", [event(1)])
+    second = await opener()
+    stored = await second.load("t")
+    assert stored is not None and unpack(stored.record) == {"v": 1} and len(stored.log) == 1

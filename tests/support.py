@@ -1,0 +1,188 @@
+"""Test support: real hub processes on loopback, and a raw WebSocket client that checks frames."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from websockets.asyncio.client import ClientConnection, connect
+
+from hub.wire.events import validate_outbound
+
+ROOT = Path(__file__).resolve().parent.parent
+LISTENING = re.compile(r"listening on ws://127\.0\.0\.1:(\d+)")
+
+
+class HubProcess:
+    """``agui-hub serve`` in a subprocess on a free loopback port; stopped by its PID."""
+
+    def __init__(self, *args: str, store: str = "memory://", env: dict[str, str] | None = None):
+        self.args = ["--store", store, *args]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 15.0) -> HubProcess:
+        cmd = [sys.executable, "-m", "hub.server.cli", "serve", "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port), *self.args]
+        # Output goes to a file, not a pipe: a pipe nobody reads would stall a chatty hub.
+        self.log_file = tempfile.NamedTemporaryFile(prefix="agui-hub-", suffix=".log", delete=False)  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log_file, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            match = LISTENING.search(self.log())
+            if match:
+                self.port = int(match.group(1))
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("hub did not start:\n" + self.log())
+
+    def log(self) -> str:
+        return Path(self.log_file.name).read_text(errors="replace")
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.http + path, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def thread(self, thread_id: str) -> dict[str, Any]:
+        status, body = self.get(f"/v1/threads/{thread_id}")
+        assert status == 200, body
+        return json.loads(body)  # type: ignore[no-any-return]
+
+    def metric(self, name: str, **labels: str) -> float:
+        _, body = self.get("/metrics")
+        label = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        series = f"{name}{{{label}}}" if labels else name
+        for line in body.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """SIGTERM (graceful drain) and wait."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.terminate(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if getattr(self, "log_file", None) is not None:
+            self.log_file.close()
+            Path(self.log_file.name).unlink(missing_ok=True)
+
+
+class Client:
+    """A raw WebSocket client that checks every hub frame is a strict AG-UI event."""
+
+    def __init__(self, ws: ClientConnection, binary: bool) -> None:
+        self.ws = ws
+        self.binary = binary
+        self.received: list[dict[str, Any]] = []
+
+    @classmethod
+    async def open(cls, url: str, *, msgpack_encoding: bool = False, **kw: Any) -> Client:
+        protocols = ["agui-hub.msgpack"] if msgpack_encoding else None
+        ws = await connect(url, subprotocols=protocols, max_size=None, **kw)  # type: ignore[arg-type]
+        return cls(ws, msgpack_encoding)
+
+    async def recv(self, timeout: float = 5.0) -> dict[str, Any]:
+        data = await asyncio.wait_for(self.ws.recv(), timeout)
+        assert isinstance(data, bytes) == self.binary, "frame type does not match the encoding"
+        validate_outbound(data)
+        event: dict[str, Any] = (
+            msgpack.unpackb(data) if isinstance(data, bytes) else json.loads(data)
+        )
+        self.received.append(event)
+        return event
+
+    async def recv_until(self, predicate: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Receive until ``predicate(event)`` holds; return the events received meanwhile."""
+        got: list[dict[str, Any]] = []
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise TimeoutError(f"predicate never held; got {[e.get('type') for e in got]}")
+            event = await self.recv(left)
+            got.append(event)
+            if predicate(event):
+                return got
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        await self.ws.send(msgpack.packb(obj) if self.binary else json.dumps(obj))
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+def seq_of(event: dict[str, Any]) -> int | None:
+    hub = (event.get("metadata") or {}).get("hub") or {}
+    return hub.get("seq")
+
+
+def is_custom(event: dict[str, Any], name: str) -> bool:
+    return event.get("type") == "CUSTOM" and event.get("name") == name
+
+
+class Mirror:
+    """The state a consumer holds, rebuilt from the frames it received (seq rules applied)."""
+
+    def __init__(self) -> None:
+        from hub.core.patch import Document
+
+        self.doc = Document({})
+        self.seq = 0
+
+    def apply(self, event: dict[str, Any]) -> None:
+        from hub.core.patch import apply_patch
+
+        hub = (event.get("metadata") or {}).get("hub") or {}
+        if "seq" not in hub:
+            return
+        if hub.get("sync"):
+            if event["type"] == "STATE_SNAPSHOT":
+                self.doc.root = event["snapshot"]
+            self.seq = hub["seq"]
+            return
+        if hub["seq"] <= self.seq:
+            return
+        assert hub["seq"] == self.seq + 1, f"gap: {self.seq} -> {hub['seq']}"
+        if event["type"] == "STATE_SNAPSHOT":
+            self.doc.root = event["snapshot"]
+        elif event["type"] == "STATE_DELTA":
+            apply_patch(self.doc, event["delta"])
+        self.seq = hub["seq"]

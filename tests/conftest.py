@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import HubProcess
+from support import Client, HubProcess
 
 
 @pytest.fixture
@@ -16,14 +16,22 @@ def start_hub() -> Iterator[Callable[..., HubProcess]]:
     """Start real hub processes; every one is stopped (by its PID) at the end of the test."""
     started: list[HubProcess] = []
 
-    def start(*args: str, store: str = "memory://") -> HubProcess:
-        hub = HubProcess(*args, store=store).start()
+    def start(*args: str, store: str = "memory://", port: int = 0) -> HubProcess:
+        hub = HubProcess(*args, store=store, port=port).start()
         started.append(hub)
         return hub
 
     yield start
     for hub in started:
         hub.stop()
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients(start_hub: Callable[..., HubProcess]) -> AsyncIterator[None]:
+    """Close the raw clients a test opened. Set up after ``start_hub``, so torn down before it
+    stops the hubs: a hub draining towards clients nobody reads would wait out its timeouts."""
+    yield
+    await Client.close_all()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -27,11 +28,17 @@ LISTENING = re.compile(r"listening on ws://127\.0\.0\.1:(\d+)")
 class HubProcess:
     """``agui-hub serve`` in a subprocess on a free loopback port; stopped by its PID."""
 
-    def __init__(self, *args: str, store: str = "memory://", env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        *args: str,
+        store: str = "memory://",
+        port: int = 0,
+        env: dict[str, str] | None = None,
+    ):
         self.args = ["--store", store, *args]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
+        self.port = port
 
     def start(self, timeout: float = 15.0) -> HubProcess:
         cmd = [sys.executable, "-m", "hub.server.cli", "serve", "--host", "127.0.0.1"]
@@ -57,6 +64,8 @@ class HubProcess:
     @property
     def ws(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
+
+    url = ws
 
     @property
     def http(self) -> str:
@@ -108,6 +117,9 @@ class HubProcess:
 class Client:
     """A raw WebSocket client that checks every hub frame is a strict AG-UI event."""
 
+    #: Every client opened, so a test's teardown can close what it left open.
+    opened: list[Client] = []
+
     def __init__(self, ws: ClientConnection, binary: bool) -> None:
         self.ws = ws
         self.binary = binary
@@ -117,7 +129,16 @@ class Client:
     async def open(cls, url: str, *, msgpack_encoding: bool = False, **kw: Any) -> Client:
         protocols = ["agui-hub.msgpack"] if msgpack_encoding else None
         ws = await connect(url, subprotocols=protocols, max_size=None, **kw)  # type: ignore[arg-type]
-        return cls(ws, msgpack_encoding)
+        client = cls(ws, msgpack_encoding)
+        cls.opened.append(client)
+        return client
+
+    @classmethod
+    async def close_all(cls) -> None:
+        clients, cls.opened = cls.opened, []
+        for client in clients:
+            with contextlib.suppress(TimeoutError, OSError):
+                await asyncio.wait_for(client.ws.close(), 2)
 
     async def recv(self, timeout: float = 5.0) -> dict[str, Any]:
         data = await asyncio.wait_for(self.ws.recv(), timeout)

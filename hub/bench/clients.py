@@ -1,7 +1,8 @@
 """The client side of the network figures: consumer fleets in worker processes, and an agent.
 
-A fleet is one worker process holding many consumer WebSockets on one thread, so the client
-side does not share a core with the benchmark's agent. The parent drives it over a pipe:
+A fleet is one worker process holding many consumer WebSockets on one thread (with the minimal
+client of :mod:`hub.bench.wsclient`), so the consumers run beside the hub rather than inside the
+benchmark process with its agent. The parent drives it over a pipe:
 
 - the fleet connects its consumers (``at_once``: all together when the parent says ``go``;
   otherwise as fast as a bounded number of handshakes in flight allows) and answers ``ready``
@@ -104,13 +105,13 @@ class _Fleet:
     def joined(self, i: int, now: float) -> None:
         self.snapshot_at[i] = now
         self.joined_count += 1
-        self._check()
+        self.check()
 
     def completed(self) -> None:
         self.complete += 1
-        self._check()
+        self.check()
 
-    def _check(self) -> None:
+    def check(self) -> None:
         # A consumer that failed or was closed will never join nor complete: stop waiting on it.
         if self.joined_count + self.lost_unjoined >= self.count:
             self.all_joined.set()
@@ -132,7 +133,7 @@ class _Fleet:
             self.errors.append(f"connect: {exc!r}"[:200])
             self.lost_unjoined += 1
             self.lost_incomplete += 1
-            self._check()
+            self.check()
             return
         consumer.socket = socket
         socket.closed.add_done_callback(lambda _: self._lost(consumer))
@@ -142,7 +143,7 @@ class _Fleet:
             self.errors.append(f"consumer {consumer.index}: the hub closed the connection")
             self.lost_unjoined += not consumer.joined
             self.lost_incomplete += consumer.deltas < self.expect
-            self._check()
+            self.check()
 
     async def close(self) -> None:
         self.closing = True
@@ -166,14 +167,12 @@ async def _run(conn: Connection, url: str, count: int, at_once: bool, timeout: f
         if at_once:
             conn.send({"alive": True})
             await _command(conn, timeout)  # "go"
-        started = time.monotonic()
         gate = None if at_once else asyncio.Semaphore(CONNECT_CONCURRENCY)
         await asyncio.gather(*(fleet.connect(c, gate) for c in fleet.consumers))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(fleet.all_joined.wait(), timeout)
         conn.send(
             {
-                "started": started,
                 "snapshot_at": fleet.snapshot_at,
                 "snapshot_bytes": fleet.snapshot_bytes,
                 "joined": sum(1 for t in fleet.snapshot_at if t),
@@ -186,6 +185,8 @@ async def _run(conn: Connection, url: str, count: int, at_once: bool, timeout: f
             if command["cmd"] == "measure":
                 cpu = time.process_time()
                 fleet.expect = int(command["expect"])
+                fleet.complete = sum(1 for c in fleet.consumers if c.deltas >= fleet.expect)
+                fleet.check()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(fleet.all_complete.wait(), float(command["timeout"]))
                 conn.send(

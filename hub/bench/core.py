@@ -57,43 +57,62 @@ class ApplyRate:
     rate: float  # events/s, median over rounds
 
 
-def apply_rate(state: dict[str, Any], *, rounds: int, seconds: float, batch: int = 1000) -> float:
-    """Median events/s of ``Thread.publish`` for one-op ``replace`` deltas on ``state``."""
-    thread = Thread("bench", "e0")
-    outcome = thread.publish({"type": "STATE_SNAPSHOT", "snapshot": state})
-    assert outcome.error is None, outcome.error
-    path = f"/items/{len(state['items']) // 2}/score"
-    events = [
-        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": path, "value": i}]}
-        for i in range(batch)
-    ]
-    publish = thread.publish
-    for event in events:  # warm-up: fill caches, reach a steady log length
-        publish(event)
-    rates: list[float] = []
-    for _ in range(rounds):
+class _Publisher:
+    """A thread holding one state, and one-op deltas built before any clock starts."""
+
+    def __init__(self, state: dict[str, Any], batch: int) -> None:
+        self.thread = Thread("bench", "e0")
+        outcome = self.thread.publish({"type": "STATE_SNAPSHOT", "snapshot": state})
+        assert outcome.error is None, outcome.error
+        self.index = len(state["items"]) // 2
+        path = f"/items/{self.index}/score"
+        self.batch = batch
+        self.events = [
+            {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": path, "value": i}]}
+            for i in range(batch)
+        ]
+        self.burst(0.0)  # warm-up: one batch
+        self.rates: list[float] = []
+
+    def burst(self, seconds: float) -> float:
+        """Publish whole batches for about ``seconds``; events/s. At most 10,000 batches."""
+        publish = self.thread.publish
+        events = self.events
         done = 0
         start = time.perf_counter()
-        deadline = start + seconds
         elapsed = 0.0
-        for _ in range(10_000):  # bounded: at most 10,000 batches per round
+        for _ in range(10_000):
             for event in events:
                 publish(event)
-            done += batch
+            done += self.batch
             elapsed = time.perf_counter() - start
-            if elapsed >= seconds or time.perf_counter() > deadline:
+            if elapsed >= seconds:
                 break
-        rates.append(done / elapsed)
-    last = thread.state["items"][len(state["items"]) // 2]["score"]
-    assert last == batch - 1, "the deltas did not apply"
-    return statistics.median(rates)
+        assert self.thread.state["items"][self.index]["score"] == self.batch - 1
+        return done / elapsed
 
 
-def run(sizes: list[tuple[str, int]], *, rounds: int, seconds: float) -> list[ApplyRate]:
-    results = []
-    for label, target in sizes:
-        state = build_state(target)
-        size = _size(state)
-        results.append(ApplyRate(label, size, apply_rate(state, rounds=rounds, seconds=seconds)))
-        del state
-    return results
+def run(
+    sizes: list[tuple[str, int]], *, rounds: int, seconds: float, batch: int = 1000
+) -> tuple[list[ApplyRate], float]:
+    """Median events/s of ``Thread.publish`` for one-op ``replace`` deltas on each state.
+
+    The states are measured in interleaved bursts (small, large, small, large, ...), so that
+    the machine's speed drifting during the run (shared or throttled CPUs) hits all of them
+    alike. Also returns the median over rounds of the first state's rate over the last's.
+    """
+    publishers = [
+        (label, _size(state), _Publisher(state, batch))
+        for label, state in ((label, build_state(target)) for label, target in sizes)
+    ]
+    ratios: list[float] = []
+    for _ in range(rounds):
+        rates = [publisher.burst(seconds) for _, _, publisher in publishers]
+        for (_, _, publisher), rate in zip(publishers, rates, strict=True):
+            publisher.rates.append(rate)
+        ratios.append(rates[0] / rates[-1])
+    results = [
+        ApplyRate(label, size, statistics.median(publisher.rates))
+        for label, size, publisher in publishers
+    ]
+    return results, statistics.median(ratios)

@@ -14,6 +14,7 @@ import os
 import re
 import resource
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,14 @@ def listen_overflows() -> int:
     return -1
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the hub gets SIGTERM if the bench dies, even by SIGKILL, so none is left behind."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class HubProcess:
     """``with HubProcess() as hub:`` starts a hub node and always stops it."""
 
@@ -111,6 +120,7 @@ class HubProcess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + self.start_timeout

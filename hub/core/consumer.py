@@ -112,8 +112,16 @@ def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:
     frames.append({"type": "MESSAGES_SNAPSHOT", "messages": _messages_without(thread, reopen)})
     for key in reopen:
         start = thread.open[key]
-        frames.append(start)
         content = _content_so_far(thread, key)
+        if key == thread.chunked:
+            # Re-open a chunk stream as a chunk, so the live chunks that follow continue it.
+            chunk = {k: v for k, v in start.items() if k not in ("type", "metadata")}
+            chunk["type"] = "TEXT_MESSAGE_CHUNK" if key.startswith("text:") else "TOOL_CALL_CHUNK"
+            if content:
+                chunk["delta"] = content
+            frames.append(chunk)
+            continue
+        frames.append(start)
         if content:
             kind, item_id = key.split(":", 1)
             content_type, id_field = STREAMING[kind][1], STREAMING[kind][3]
@@ -139,19 +147,23 @@ def _content_so_far(thread: Thread, key: str) -> str:
 
 
 def _messages_without(thread: Thread, reopen: list[str]) -> list[dict[str, Any]]:
-    """The thread's messages, less the messages and tool calls about to be streamed again."""
-    skip_messages = {k.split(":", 1)[1] for k in reopen if k.startswith(("text:", "reasoning:"))}
+    """The thread's messages, less what is about to be streamed again.
+
+    A re-opened message stays in place with empty content (its start continues it, and its
+    finished tool calls are kept); a re-opened tool call leaves its parent's ``toolCalls``.
+    """
+    empty = {k.split(":", 1)[1] for k in reopen if k.startswith(("text:", "reasoning:"))}
     skip_calls = {k.split(":", 1)[1] for k in reopen if k.startswith("tool:")}
-    if not skip_messages and not skip_calls:
+    if not empty and not skip_calls:
         return thread.messages.items
     result = []
     for message in thread.messages.items:
-        if message["id"] in skip_messages:
-            continue
+        if message["id"] in empty:
+            message = {**message, "content": ""}
         calls = message.get("toolCalls")
         if calls and skip_calls.intersection(c["id"] for c in calls):
             remaining = [c for c in calls if c["id"] not in skip_calls]
-            if not remaining and not message.get("content"):
+            if not remaining and not message.get("content") and message["id"] not in empty:
                 continue
             message = {**message, "toolCalls": remaining}
         result.append(message)

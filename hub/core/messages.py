@@ -84,6 +84,10 @@ class MessageLog:
     # text and reasoning messages -------------------------------------------------------------
 
     def start_text(self, message_id: str, role: str, name: str | None = None) -> None:
+        """Open a streamed message. An id already held is continued, as the official client
+        does: its content, role and position stay, and new content is appended."""
+        if message_id in self._by_id:
+            return
         message: Message = {"id": message_id, "role": role, "content": ""}
         if name is not None:
             message["name"] = name

@@ -132,7 +132,8 @@ class HubServer:
             select_subprotocol=_select_subprotocol,
             max_size=self.config.max_frame,
             compression=None,
-            close_timeout=5,
+            close_timeout=self.config.drain_timeout,
+            backlog=self.config.backlog,
         )
 
     @property
@@ -146,10 +147,16 @@ class HubServer:
         self.draining = True
         if self.server is not None:
             self.server.close(close_connections=False)
-        for channel in list(self.hub.channels.values()):
-            for outbox in list(channel.consumers):
-                with contextlib.suppress(Exception):
-                    await outbox.socket.close(CLOSE_DRAINING, "node draining; resume elsewhere")
+        closing = [
+            outbox.socket.close(CLOSE_DRAINING, "node draining; resume elsewhere")
+            for channel in self.hub.channels.values()
+            for outbox in channel.consumers
+        ]
+        if closing:
+            # Concurrently, and bounded: a consumer that never answers cannot hold the node.
+            await asyncio.wait(
+                [asyncio.ensure_future(c) for c in closing], timeout=self.config.drain_timeout
+            )
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
@@ -314,6 +321,16 @@ class HubServer:
     def _agent_frame(
         self, channel: Channel, state: _ProducerState, message: str | bytes
     ) -> HubError | None:
+        try:
+            return self._agent_event(channel, state, message)
+        finally:
+            # Every frame is acknowledged once what it produced is stored, rejected ones too.
+            state.last_seq = channel.thread.seq
+            state.pending.append((state.frames, state.last_seq))
+
+    def _agent_event(
+        self, channel: Channel, state: _ProducerState, message: str | bytes
+    ) -> HubError | None:
         hub = self.hub
         try:
             event, warnings = parse_event(decode(message))
@@ -328,11 +345,8 @@ class HubServer:
             hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
             log.warning("thread %s: %s", channel.thread_id, "; ".join(warnings))
         outcome = hub.publish(channel, event)
-        if outcome.events:
-            state.last_seq = outcome.events[-1]["metadata"]["hub"]["seq"]
-            if event["type"] == "RUN_STARTED" and outcome.error is None:
-                state.runs.add(event["runId"])
-        state.pending.append((state.frames, state.last_seq))
+        if event["type"] == "RUN_STARTED" and outcome.error is None:
+            state.runs.add(event["runId"])
         return outcome.error
 
     async def _ack_loop(

@@ -31,5 +31,9 @@ class Config:
     compact_seconds: float = 5.0
     #: Largest frame accepted from any client.
     max_frame: int = 1 << 20
+    #: Seconds a draining node waits for consumers to take their close frame.
+    drain_timeout: float = 3.0
+    #: Pending TCP connections the listening socket queues (a reconnect storm arrives at once).
+    backlog: int = 4096
     #: Writes waiting for the store before producers are slowed down (backpressure).
     persist_queue: int = 10_000

@@ -70,6 +70,7 @@ class Hub:
         self._tasks = [
             asyncio.create_task(self._persister(), name="persister"),
             asyncio.create_task(self._compactor(), name="compactor"),
+            asyncio.create_task(self._watchdog(), name="watchdog"),
         ]
 
     async def close(self) -> None:
@@ -226,6 +227,16 @@ class Hub:
                     self._compact(channel)
                 if not channel.consumers and not channel.unsaved and now - channel.changed_at > 60:
                     self._maybe_unload(channel)
+
+    async def _watchdog(self) -> None:
+        """One timer for all consumers: close those stuck on one frame past slow_timeout."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.05, min(1.0, self.config.slow_timeout / 4)))
+            now = loop.time()
+            for channel in list(self.channels.values()):
+                for outbox in list(channel.consumers):
+                    outbox.check_slow(now)
 
     def _maybe_unload(self, channel: Channel) -> None:
         if channel.persisted_seq == channel.thread.seq and not channel.consumers:

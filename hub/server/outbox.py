@@ -17,7 +17,7 @@ from typing import Protocol
 
 from hub.core.consumer import ConsumerView
 from hub.server.metrics import Metrics
-from hub.wire.codec import Encoding, Frame
+from hub.wire.codec import MSGPACK, Encoding, Frame
 
 log = logging.getLogger("agui_hub.consumer")
 
@@ -27,7 +27,7 @@ MAX_REPLIES = 64
 
 
 class Socket(Protocol):
-    async def send(self, message: str | bytes) -> None: ...
+    async def send(self, message: str | bytes, *, text: bool | None = None) -> None: ...
 
     async def close(self, code: int = 1000, reason: str = "") -> None: ...
 
@@ -65,6 +65,9 @@ class Outbox:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.closed = False
+        #: When the frame being written started waiting for the socket (None when idle).
+        self.busy_since: float | None = None
+        self._closing: asyncio.Task[None] | None = None
 
     @property
     def queued_bytes(self) -> int:
@@ -108,8 +111,27 @@ class Outbox:
         self._wake.set()
 
     async def _send(self, frame: Frame) -> None:
-        await asyncio.wait_for(self.socket.send(frame.data(self.encoding)), self.slow_timeout)
+        # No per-frame timer (wait_for costs a task per send); the hub's watchdog calls
+        # `check_slow` for every consumer instead.
+        self.busy_since = asyncio.get_running_loop().time()
+        await self.socket.send(frame.data(self.encoding), text=self.encoding != MSGPACK)
+        self.busy_since = None
         self.metrics.inc("agui_hub_events_out_total")
+
+    def check_slow(self, now: float) -> None:
+        """Close with 4008 if one frame has waited on the socket for over ``slow_timeout``."""
+        if self.closed or self.busy_since is None or now - self.busy_since < self.slow_timeout:
+            return
+        self.closed = True
+        self.metrics.inc("agui_hub_slow_closes_total")
+        log.warning("consumer %s too slow: closing with %d", self.ident, CLOSE_SLOW)
+        if self._task is not None:
+            self._task.cancel()
+        self._closing = asyncio.create_task(self._close_slow())
+
+    async def _close_slow(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.socket.close(CLOSE_SLOW, "consumer too slow")
 
     async def _run(self) -> None:
         try:
@@ -131,12 +153,6 @@ class Outbox:
                         self._bytes -= size
                         await self._send(frame)
                         self.view.observe(frame.event)
-        except TimeoutError:
-            self.closed = True
-            self.metrics.inc("agui_hub_slow_closes_total")
-            log.warning("consumer %s too slow: closing with %d", self.ident, CLOSE_SLOW)
-            with contextlib.suppress(Exception):
-                await self.socket.close(CLOSE_SLOW, "consumer too slow")
         except asyncio.CancelledError:
             raise
         except Exception:  # the socket closed under us; the reader side cleans up

@@ -55,24 +55,29 @@ def unpack(data: bytes) -> Any:
 
 
 class Frame:
-    """One outbound object, encoded at most once per encoding however many consumers get it."""
+    """One outbound object, encoded at most once per encoding however many consumers get it.
+
+    JSON is kept as UTF-8 bytes and sent as a text frame, so not even the UTF-8 step is
+    repeated per consumer.
+    """
 
     __slots__ = ("_json", "_msgpack", "event")
 
     def __init__(self, event: dict[str, Any]) -> None:
         self.event = event
-        self._json: str | None = None
+        self._json: bytes | None = None
         self._msgpack: bytes | None = None
 
-    def data(self, encoding: Encoding) -> str | bytes:
+    def data(self, encoding: Encoding) -> bytes:
         if encoding == MSGPACK:
             if self._msgpack is None:
                 self._msgpack = msgpack.packb(self.event, use_bin_type=True)
             return self._msgpack
         if self._json is None:
-            self._json = json.dumps(
+            text = json.dumps(
                 self.event, separators=(",", ":"), ensure_ascii=False, allow_nan=False
             )
+            self._json = text.encode()
         return self._json
 
     def freeze(self, *encodings: Encoding) -> Frame:

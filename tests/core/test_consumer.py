@@ -46,8 +46,12 @@ def test_a_fresh_join_gets_the_join_prefix() -> None:
         "TOOL_CALL_START",
         "TOOL_CALL_ARGS",
     ]
-    # finished messages are in the snapshot; streaming ones are re-opened, not duplicated
-    assert [m["id"] for m in frames[2]["messages"]] == ["done"]
+    # finished messages are in the snapshot; streaming ones keep their place with no content
+    # (their re-opened start continues them); a streaming tool call leaves its parent
+    assert frames[2]["messages"] == [
+        {"id": "done", "role": "assistant", "content": "finished"},
+        {"id": "live", "role": "assistant", "content": ""},
+    ]
     assert frames[4]["delta"] == "so far" and frames[6]["delta"] == '{"q"'
     assert all(f["metadata"]["hub"] == {"seq": 9, "epoch": "e1", "sync": True} for f in frames)
 
@@ -108,3 +112,34 @@ def test_resume_replays_when_the_log_holds_the_gap() -> None:
     assert resume(thread, 1, "e") == (None, "resume_too_old")
     assert resume(thread, 3, "other") == (None, "epoch_changed")
     assert resume(thread, 9, "e") == (None, "epoch_changed")
+
+
+def test_a_chunk_stream_is_reopened_as_a_chunk_so_live_chunks_continue_it() -> None:
+    thread = Thread("t", "e")
+    thread.publish({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
+    thread.publish(
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "c", "role": "assistant", "delta": "one "}
+    )
+    frames = sync_frames(thread, ConsumerView())
+    assert types(frames)[-1] == "TEXT_MESSAGE_CHUNK"
+    assert frames[-1]["messageId"] == "c" and frames[-1]["delta"] == "one "
+
+
+def test_finished_tool_calls_of_a_streaming_message_survive_a_join() -> None:
+    thread = Thread("t", "e")
+    for event in [
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Hi"},
+        {
+            "type": "TOOL_CALL_START",
+            "toolCallId": "c1",
+            "toolCallName": "f",
+            "parentMessageId": "m1",
+        },
+        {"type": "TOOL_CALL_END", "toolCallId": "c1"},
+    ]:
+        assert thread.publish(event).error is None
+    frames = sync_frames(thread, ConsumerView())
+    (m1,) = frames[2]["messages"]
+    assert m1["content"] == "" and [c["id"] for c in m1["toolCalls"]] == ["c1"]

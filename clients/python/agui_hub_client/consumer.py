@@ -1,0 +1,387 @@
+"""A consumer: mirrors one thread's state and messages over a WebSocket, and keeps it right.
+
+The bookkeeping (positions, gaps, failed patches, snapshots) is the sans-I/O
+:class:`~agui_hub_client.mirror.Mirror`; this module adds the socket, reconnection with
+``since``, and the ``async for`` over applied events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from agui_hub_client._wire import (
+    WELCOME,
+    Encoding,
+    Event,
+    Model,
+    check_encoding,
+    event_dict,
+    open_socket,
+    pack,
+    unpack,
+    with_position,
+)
+from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed
+from agui_hub_client.mirror import Mirror, Step
+
+log = logging.getLogger("agui_hub_client")
+
+
+class Consumer:
+    """Watch one thread: ``async with Consumer("ws://HOST:PORT/v1/threads/ID") as c:``.
+
+    While connected, every frame from the hub is applied to :attr:`state` and :attr:`messages`
+    as it arrives, whether or not anyone iterates. ``async for event in c`` yields each event
+    applied, in order: live events and the hub's sync frames (``metadata.hub.sync`` is true on
+    those; a sync ``STATE_SNAPSHOT`` replaced the state). Hub control frames are not yielded:
+    ``hub.error`` values go to :attr:`errors`, the ``hub.welcome`` value to :attr:`welcome`.
+
+    The consumer checks what it receives: a gap in ``seq`` or a ``STATE_DELTA`` that does not
+    apply to its copy makes it ask the hub for a fresh snapshot (``hub.resync``; counted in
+    :attr:`resyncs`) and ignore live events until the snapshot arrives.
+
+    On any disconnect (including close code 4009, a draining node) it reconnects with
+    exponential backoff and jitter, resuming with ``since=<seq>&epoch=<epoch>``: the hub replays
+    what was missed, or sends a snapshot join if it no longer can. ``url`` may be a list of node
+    URLs for the same thread; reconnects go round them.
+
+    Args:
+        url: ``ws://HOST:PORT/v1/threads/{thread_id}``, or several such URLs.
+        encoding: ``"json"`` (text frames) or ``"msgpack"`` (binary frames, subprotocol
+            ``agui-hub.msgpack``).
+        since, epoch: start from a known position instead of a fresh join. Pass the
+            ``state`` and ``messages`` held at that position too.
+        reconnect: reconnect after a disconnect (default True).
+        max_retries: give up after this many failed reconnect attempts in a row (None: never).
+        backoff, max_backoff: first and largest delay between reconnect attempts, in seconds.
+        open_timeout: seconds to connect and receive ``hub.welcome``.
+        max_size: largest frame accepted, in bytes (snapshots of a large state are large).
+        max_updates: events buffered for ``async for``; when full, the oldest is dropped
+            (counted in :attr:`updates_dropped`). State and messages never miss an event.
+        connect_options: extra keyword arguments for ``websockets.asyncio.client.connect``.
+    """
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        *,
+        encoding: Encoding | str = "json",
+        since: int | None = None,
+        epoch: str | None = None,
+        state: Any = None,
+        messages: list[dict[str, Any]] | None = None,
+        reconnect: bool = True,
+        max_retries: int | None = None,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        open_timeout: float = 10.0,
+        max_size: int | None = 1 << 26,
+        max_updates: int = 10_000,
+        connect_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.urls = [url] if isinstance(url, str) else list(url)
+        if not self.urls:
+            raise ValueError("at least one URL is needed")
+        self.encoding: Encoding = check_encoding(encoding)
+        self.reconnect = reconnect
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.open_timeout = open_timeout
+        self.max_size = max_size
+        self.connect_options = dict(connect_options or {})
+        self.mirror = Mirror(state=state, messages=messages, since=since, epoch=epoch)
+        #: ``hub.error`` values the hub sent this consumer (e.g. ``conflict``), oldest first.
+        self.errors: list[dict[str, Any]] = []
+        #: The value of the latest ``hub.welcome`` (threadId, seq, epoch, node).
+        self.welcome: dict[str, Any] | None = None
+        #: Successful reconnects after the first connection.
+        self.reconnects = 0
+        #: Events dropped from the ``async for`` buffer because nobody read them in time.
+        self.updates_dropped = 0
+        #: Close codes of the connections that ended under this consumer (1006: no close frame).
+        self.close_codes: list[int] = []
+        self._url_index = 0
+        self._ws: ClientConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._updates: deque[Event] = deque(maxlen=max(1, max_updates))
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._done = False
+        self._lost: BaseException | None = None
+
+    # -- what it holds --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> Any:
+        """The current state (read-only: change it through the hub with :meth:`publish`)."""
+        return self.mirror.state
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The current messages, in wire form (camelCase dicts). Read-only."""
+        return self.mirror.messages.items
+
+    @property
+    def seq(self) -> int:
+        """The position of the last event applied (or of the last sync)."""
+        return self.mirror.seq
+
+    @property
+    def epoch(self) -> str | None:
+        return self.mirror.epoch
+
+    @property
+    def resyncs(self) -> Counter[str]:
+        """How many times this consumer asked the hub for a snapshot, by reason."""
+        return self.mirror.resyncs
+
+    @property
+    def snapshots(self) -> int:
+        """Sync ``STATE_SNAPSHOT`` frames applied: joins, and repairs asked for or not."""
+        return self.mirror.snapshots
+
+    @property
+    def in_sync(self) -> bool:
+        """False while waiting for a snapshot (after a join, a gap or a failed patch)."""
+        return self.mirror.awaiting is None
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None and not self._done
+
+    @property
+    def subprotocol(self) -> str | None:
+        """The negotiated subprotocol (``agui-hub.msgpack`` for msgpack), while connected."""
+        return None if self._ws is None else self._ws.subprotocol
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Consumer:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Open the first connection (no retries: a failure here raises).
+
+        Raises :class:`HandshakeFailed`, ``OSError`` or ``TimeoutError``.
+        """
+        if self._task is not None:
+            raise ClientError("this consumer is already connected")
+        self._ws = await self._open(self.urls[0])
+        self._task = asyncio.create_task(self._run(), name="agui-hub-consumer")
+
+    async def close(self) -> None:
+        """Close the connection and stop; ``async for`` ends after the buffered events."""
+        self._closing = True
+        ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), 5)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._finish(None)
+
+    async def _open(self, url: str) -> ClientConnection:
+        since, epoch = self.mirror.resume_position()
+        ws, welcome = await open_socket(
+            with_position(url, since, epoch),
+            self.encoding,
+            open_timeout=self.open_timeout,
+            max_size=self.max_size,
+            options=self.connect_options,
+        )
+        self.mirror.connected(resumed=since is not None)
+        self._on_step(self.mirror.receive({"type": "CUSTOM", "name": WELCOME, "value": welcome}))
+        return ws
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                ws = self._ws
+                assert ws is not None
+                try:
+                    async for data in ws:
+                        await self._handle(ws, data)
+                except ConnectionClosed:
+                    pass
+                if self._closing:
+                    return
+                code = 1006 if ws.close_code is None else int(ws.close_code)
+                self.close_codes.append(code)
+                if not self.reconnect:
+                    raise ConnectionLost(f"the hub closed the connection (code {code})")
+                log.info("consumer disconnected (code %s); reconnecting", code)
+                self._ws = None
+                self._ws = await self._reconnect()
+                self.reconnects += 1
+        except asyncio.CancelledError:
+            raise
+        except ClientError as exc:
+            log.warning("consumer stopped: %s", exc)
+            self._finish(exc)
+        except BaseException as exc:
+            log.exception("consumer failed")
+            self._finish(exc)
+        else:
+            self._finish(None)
+
+    async def _reconnect(self) -> ClientConnection:
+        attempt = 0
+        while True:
+            delay = min(self.max_backoff, self.backoff * (2**attempt))
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            self._url_index = (self._url_index + 1) % len(self.urls)
+            try:
+                return await self._open(self.urls[self._url_index])
+            except HandshakeFailed as exc:
+                if not exc.retryable:
+                    raise
+                failure: BaseException = exc
+            except (OSError, TimeoutError) as exc:
+                failure = exc
+            attempt += 1
+            if self.max_retries is not None and attempt >= self.max_retries:
+                raise ConnectionLost(f"gave up reconnecting after {attempt} attempts: {failure}")
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            self._lost = exc
+        self._wake.set()
+        self._notify()
+
+    async def _handle(self, ws: ClientConnection, data: str | bytes) -> None:
+        try:
+            frame = unpack(data)
+        except ValueError as exc:
+            self.mirror.local_errors.append(f"undecodable frame: {exc}")
+            return
+        step = self.mirror.receive(frame)
+        for command in step.send:
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(pack(command, self.encoding))
+        self._on_step(step)
+
+    def _on_step(self, step: Step) -> None:
+        if step.welcome is not None:
+            self.welcome = step.welcome
+        if step.error is not None:
+            self.errors.append(step.error)
+        if step.applied is not None:
+            if len(self._updates) == self._updates.maxlen:
+                self.updates_dropped += 1
+            self._updates.append(step.applied)
+            self._wake.set()
+        self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Event:
+        """The next event applied. Ends after :meth:`close`; raises :class:`ConnectionLost`
+        once the connection is gone for good (after the events buffered before it)."""
+        while True:
+            if self._updates:
+                return self._updates.popleft()
+            if self._done:
+                if self._lost is not None and not self._closing:
+                    raise ConnectionLost(str(self._lost)) from self._lost
+                raise StopAsyncIteration
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def wait_until(
+        self, predicate: Callable[[Consumer], bool], timeout: float = 10.0
+    ) -> None:
+        """Wait until ``predicate(self)`` holds, checked after every frame.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds, :class:`ConnectionLost` if the
+        connection is gone for good first.
+        """
+        async with asyncio.timeout(timeout):
+            while not predicate(self):
+                if self._done:
+                    raise ConnectionLost(str(self._lost or "the consumer is closed"))
+                await self._changed.wait()
+
+    async def wait_for_seq(self, seq: int, timeout: float = 10.0) -> None:
+        """Wait until the copy is in sync at position ``seq`` or later."""
+        await self.wait_until(lambda c: c.in_sync and c.seq >= seq, timeout)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def publish(self, event: Mapping[str, Any] | Model, base: int | None = None) -> None:
+        """Propose a state edit (a ``STATE_DELTA`` or ``STATE_SNAPSHOT``) as ``hub.publish``.
+
+        ``base`` is the position the edit was made against (default: the current one). The
+        local copy is not changed here: the edit comes back as a live event once the hub has
+        sequenced it. If it no longer applies, the hub sends ``hub.error`` ``conflict`` (see
+        :attr:`errors`) and then a fresh snapshot. Put ``test`` operations in a delta to make
+        it fail rather than apply over someone else's change.
+        """
+        command = {
+            "type": "hub.publish",
+            "base": self.seq if base is None else base,
+            "event": event_dict(event),
+        }
+        await self._send(command)
+
+    async def ack(self, seq: int | None = None) -> None:
+        """Tell the hub this consumer has processed up to ``seq`` (default: the current one)."""
+        await self._send({"type": "hub.ack", "seq": self.seq if seq is None else seq})
+
+    async def resync(self, reason: str = "patch_failed") -> None:
+        """Ask the hub for a fresh snapshot, as if this copy had found itself wrong."""
+        self.mirror.awaiting = reason
+        self.mirror.resyncs[reason] += 1
+        await self._send({"type": "hub.resync", "reason": reason})
+
+    async def _send(self, command: dict[str, Any]) -> None:
+        ws = self._ws
+        if ws is None or self._done:
+            raise ConnectionLost("not connected")
+        try:
+            await ws.send(pack(command, self.encoding))
+        except ConnectionClosed as exc:
+            raise ConnectionLost(f"the connection closed: {exc}") from None
+
+    # -- test hooks -----------------------------------------------------------------------------
+
+    def corrupt(self, path: str, value: Any) -> None:
+        """Test hook: set the local state's value at JSON Pointer ``path`` (a broken copy)."""
+        self.mirror.corrupt(path, value)
+
+    def drop_next(self, n: int = 1) -> None:
+        """Test hook: drop the next ``n`` live sequenced events received (simulated loss)."""
+        self.mirror.drop_next(n)
+
+    async def disconnect(self) -> None:
+        """Test hook: drop the connection abruptly, as a network failure would.
+
+        With ``reconnect=True`` the consumer then reconnects with ``since``.
+        """
+        ws = self._ws
+        if ws is not None:
+            ws.transport.abort()

@@ -1,0 +1,403 @@
+"""A consumer's copy of one thread, kept in line with the hub. Sans-I/O.
+
+Feed :meth:`Mirror.receive` every decoded frame the hub sends; it applies what it should to the
+state and messages, and answers with a :class:`Step`: the event it applied (if any), the
+commands to send back (a ``hub.resync`` when this copy can no longer follow), and any
+``hub.error`` the hub reported. It never touches a socket or a clock, so it can be tested by
+feeding it frames.
+
+The rules (the hub's consumer contract):
+
+- Every sequenced event carries ``metadata.hub = {seq, epoch}``. One with ``seq`` at or below
+  the held position is a duplicate and is ignored; ``seq == position + 1`` is applied;
+  anything further ahead is a *gap*: ask ``hub.resync`` with reason ``gap``.
+- A ``STATE_DELTA`` (or a message event) that fails to apply locally leaves the copy untouched
+  (patches are atomic) and asks ``hub.resync`` with reason ``patch_failed``.
+- After asking, live events are ignored until the hub's ``STATE_SNAPSHOT`` sync frame arrives.
+- Frames marked ``metadata.hub.sync`` are the hub's repair (or join) frames: they are always
+  applied and set the position to their ``seq``; they are not log entries.
+- A welcome whose epoch differs from the one held means the thread's history was recreated:
+  the hub sends a snapshot, and live events are ignored until it arrives.
+
+- Streaming items are followed the way the hub follows what it sent this consumer, so chunk
+  events (``TEXT_MESSAGE_CHUNK``/``TOOL_CALL_CHUNK``) continue or restart a message exactly
+  as the hub's thread does, across repairs too (best effort after a real loss of events).
+
+State and messages are applied with the hub's own code (``hub.core.patch`` and
+``hub.core.messages``), so a copy that followed the stream holds exactly what the hub holds.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hub.core.messages import Message, MessageLog
+from hub.core.patch import Document, apply_patch, check_patch
+from hub.errors import MalformedPatch, PatchFailed
+
+from agui_hub_client._wire import ERROR, WELCOME, Event, hub_control
+
+#: Reasons a consumer gives the hub when it asks for a fresh snapshot.
+GAP = "gap"
+PATCH_FAILED = "patch_failed"
+
+#: Streaming items followed for chunk handling: start and end events -> key prefix.
+_STARTS = {"TEXT_MESSAGE_START": "text:", "TOOL_CALL_START": "tool:"}
+_ENDS = {"TEXT_MESSAGE_END": "text:", "TOOL_CALL_END": "tool:"}
+_ID = {
+    "TEXT_MESSAGE_START": "messageId",
+    "TEXT_MESSAGE_END": "messageId",
+    "TOOL_CALL_START": "toolCallId",
+    "TOOL_CALL_END": "toolCallId",
+}
+#: Chunk events -> (item, id field).
+_CHUNKS = {"TEXT_MESSAGE_CHUNK": ("text", "messageId"), "TOOL_CALL_CHUNK": ("tool", "toolCallId")}
+
+
+class LocalFailure(Exception):
+    """An event that does not apply to this copy: the copy is not what the hub thinks."""
+
+
+@dataclass
+class Step:
+    """What one received frame did."""
+
+    #: The event, now applied to the copy (a live event or a sync frame), or None.
+    applied: Event | None = None
+    #: Commands to send to the hub, in order (``hub.resync``).
+    send: list[dict[str, Any]] = field(default_factory=list)
+    #: The value of a ``hub.error`` the hub sent, if this frame was one.
+    error: dict[str, Any] | None = None
+    #: The value of ``hub.welcome``, if this frame was one.
+    welcome: dict[str, Any] | None = None
+
+
+class Mirror:
+    """State, messages and position of one consumer.
+
+    ``state``/``messages``/``since``/``epoch`` start the copy from a known position (for example
+    one saved by an earlier consumer); without ``since`` the copy waits for the hub's join
+    snapshot.
+    """
+
+    def __init__(
+        self,
+        *,
+        state: Any = None,
+        messages: list[Message] | None = None,
+        since: int | None = None,
+        epoch: str | None = None,
+    ) -> None:
+        self.doc = Document({} if state is None else copy.deepcopy(state))
+        self.messages = MessageLog(copy.deepcopy(messages) if messages else None)
+        self.seq = since if since is not None else 0
+        self.epoch = epoch
+        #: Why live events are being ignored until a snapshot arrives, or None.
+        self.awaiting: str | None = None if since is not None else "join"
+        #: How many times this copy asked for a resync, by reason.
+        self.resyncs: Counter[str] = Counter()
+        #: ``STATE_SNAPSHOT`` sync frames applied (joins and repairs, asked for or not).
+        self.snapshots = 0
+        #: Duplicate events ignored; events dropped on purpose by :meth:`drop_next`.
+        self.duplicates = 0
+        self.dropped = 0
+        #: Problems found in frames the hub sent (undecodable, or not applicable as sync).
+        self.local_errors: list[str] = []
+        self._drop = 0
+        # What the hub has sent as still streaming, followed as the hub follows it for this
+        # consumer (hub.core.consumer.ConsumerView): the text messages and tool calls open
+        # ("text:ID"/"tool:ID"), and the one chunk events stream into. A chunk for that item
+        # continues it; a chunk for any other item starts (or restarts) it, as in the hub.
+        self._open: dict[str, None] = {}
+        self._chunked: str | None = None
+        #: ``_chunked`` was guessed from a repair's re-opened items, not seen streaming.
+        self._chunk_guessed = False
+        #: A connection opened with ``since``: if the hub cannot replay, its first sequenced
+        #: frames are a join from scratch.
+        self._resuming = False
+
+    @property
+    def state(self) -> Any:
+        return self.doc.root
+
+    # -- connection lifecycle -------------------------------------------------------------------
+
+    def resume_position(self) -> tuple[int | None, str | None]:
+        """``(since, epoch)`` to reconnect with, or ``(None, None)`` to ask for a fresh join.
+
+        A copy that is waiting for a snapshot (or never had one) cannot resume: replaying events
+        onto it would not repair it.
+        """
+        if self.awaiting is not None or self.epoch is None:
+            return None, None
+        return self.seq, self.epoch
+
+    def connected(self, resumed: bool) -> None:
+        """A new connection is open; ``resumed`` if it was opened with ``since``."""
+        if not resumed:
+            # The hub treats this as a fresh join: it re-sends everything still open.
+            self.awaiting = "join"
+            self._forget_streaming()
+        self._resuming = resumed
+
+    def _forget_streaming(self) -> None:
+        self._open.clear()
+        self._chunked = None
+        self._chunk_guessed = False
+
+    # -- frames ---------------------------------------------------------------------------------
+
+    def receive(self, frame: Event) -> Step:
+        """Take one decoded frame from the hub."""
+        control = hub_control(frame)
+        if control is not None:
+            return self._control(*control)
+        position = (frame.get("metadata") or {}).get("hub")
+        if not isinstance(position, dict) or not isinstance(position.get("seq"), int):
+            # Not a hub-sequenced event (the hub sends none today): apply it as it comes.
+            return self._apply_live(frame)
+        if self._resuming:
+            self._resuming = False
+            if position.get("sync"):
+                self._forget_streaming()  # not a replay: a join from scratch follows
+        if position.get("sync"):
+            return self._sync(frame, position)
+        if self._drop:
+            self._drop -= 1
+            self.dropped += 1
+            return Step()
+        seq: int = position["seq"]
+        if self.awaiting is not None:
+            self._observe(frame)
+            return Step()
+        if self.epoch is not None and position.get("epoch") != self.epoch:
+            self._observe(frame)
+            return self._resync(GAP)
+        if seq <= self.seq:
+            self.duplicates += 1
+            return Step()
+        if seq > self.seq + 1:
+            self._observe(frame)
+            return self._resync(GAP)
+        step = self._apply_live(frame)
+        if step.applied is not None:
+            self.seq = seq
+            self.epoch = position.get("epoch", self.epoch)
+        return step
+
+    def _control(self, name: str, value: Any) -> Step:
+        if name == WELCOME and isinstance(value, dict):
+            epoch = value.get("epoch")
+            seq = value.get("seq")
+            if self.awaiting is None:
+                if self.epoch is not None and epoch != self.epoch:
+                    self.awaiting = "epoch_changed"  # the hub sends a snapshot join
+                elif isinstance(seq, int) and seq < self.seq:
+                    self.awaiting = "resume_too_new"  # the hub lost events we hold
+            return Step(welcome=value)
+        if name == ERROR and isinstance(value, dict):
+            return Step(error=value)
+        return Step()
+
+    def _sync(self, frame: Event, position: dict[str, Any]) -> Step:
+        try:
+            self._apply(frame, sync=True)
+        except LocalFailure as exc:
+            # A repair frame the copy cannot take: the hub's repair is wrong, not this copy.
+            self.local_errors.append(f"sync {frame.get('type')}: {exc}"[:300])
+            return Step()
+        self.seq = position["seq"]
+        self.epoch = position.get("epoch", self.epoch)
+        if frame.get("type") == "STATE_SNAPSHOT":
+            self.snapshots += 1
+            self.awaiting = None
+        return Step(applied=frame)
+
+    def _apply_live(self, frame: Event) -> Step:
+        try:
+            self._apply(frame)
+        except LocalFailure:
+            return self._resync(PATCH_FAILED)
+        finally:
+            self._observe(frame)
+        return Step(applied=frame)
+
+    def _resync(self, reason: str) -> Step:
+        self.awaiting = reason
+        self.resyncs[reason] += 1
+        return Step(send=[{"type": "hub.resync", "reason": reason}])
+
+    # -- test hooks -----------------------------------------------------------------------------
+
+    def corrupt(self, path: str, value: Any) -> None:
+        """Set the value at JSON Pointer ``path`` in the local state, to simulate a broken copy.
+
+        The parent must exist. Raises :class:`ValueError` if it does not.
+        """
+        for op in ("replace", "add"):
+            try:
+                ops, _ = check_patch([{"op": op, "path": path, "value": value}])
+                apply_patch(self.doc, ops)
+                return
+            except PatchFailed:
+                continue
+            except MalformedPatch as exc:
+                raise ValueError(exc.message) from None
+        raise ValueError(f"cannot set {path!r} in the local state")
+
+    def drop_next(self, n: int) -> None:
+        """Silently drop the next ``n`` live sequenced events received, to simulate loss."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        self._drop += n
+
+    # -- applying events ------------------------------------------------------------------------
+
+    def _apply(self, event: Event, *, sync: bool = False) -> None:
+        """Apply one event to the copy, atomically; raise :class:`LocalFailure` if it can't.
+
+        Live events update what is streaming afterwards (:meth:`_observe`), sync frames here.
+        """
+        kind = event.get("type")
+        try:
+            self._effect(event, kind, sync)
+        except (PatchFailed, MalformedPatch, KeyError, TypeError) as exc:
+            raise LocalFailure(str(exc)) from None
+        if sync:
+            self._observe_sync(event, kind)
+
+    def _effect(self, event: Event, kind: Any, sync: bool = False) -> None:
+        messages = self.messages
+        if kind == "STATE_SNAPSHOT":
+            self.doc.root = copy.deepcopy(event["snapshot"])
+        elif kind == "STATE_DELTA":
+            ops, _ = check_patch(event.get("delta"))
+            apply_patch(self.doc, ops)
+        elif kind == "MESSAGES_SNAPSHOT":
+            messages.replace_all(event["messages"])
+        elif kind == "TEXT_MESSAGE_START":
+            messages.start_text(event["messageId"], event.get("role") or "assistant")
+        elif kind == "REASONING_MESSAGE_START":
+            messages.start_text(event["messageId"], "reasoning")
+        elif kind in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT"):
+            messages.append_text(event["messageId"], event["delta"])
+        elif kind == "TOOL_CALL_START":
+            messages.start_tool_call(
+                event["toolCallId"], event["toolCallName"], event.get("parentMessageId")
+            )
+        elif kind == "TOOL_CALL_ARGS":
+            self._require_call(event["toolCallId"])
+            messages.append_tool_args(event["toolCallId"], event["delta"])
+        elif kind == "TOOL_CALL_RESULT":
+            messages.add_tool_result(event["messageId"], event["toolCallId"], event["content"])
+        elif kind == "ACTIVITY_SNAPSHOT":
+            messages.activity_snapshot(
+                event["messageId"], event["activityType"], event["content"], event.get("replace")
+            )
+        elif kind == "ACTIVITY_DELTA":
+            messages.activity_delta(event["messageId"], event["activityType"], event["patch"])
+        elif kind == "TEXT_MESSAGE_CHUNK":
+            self._text_chunk(event, sync)
+        elif kind == "TOOL_CALL_CHUNK":
+            self._tool_chunk(event, sync)
+
+    def _require_call(self, tool_call_id: str) -> None:
+        if self.messages.tool_call(tool_call_id) is None:
+            raise KeyError(f"no tool call {tool_call_id!r}")
+
+    # -- what is streaming ----------------------------------------------------------------------
+
+    def _observe(self, event: Event) -> None:
+        """Follow a live event the hub sent, applied or not (as ``ConsumerView.observe``)."""
+        kind = event.get("type")
+        if kind in _CHUNKS:
+            item, id_field = _CHUNKS[kind]
+            item_id = event.get(id_field)
+            key = f"{item}:{item_id}" if item_id else self._chunked
+            if key is not None and key != self._chunked:
+                if self._chunked is not None:
+                    self._open.pop(self._chunked, None)
+                self._chunked = key
+                self._open[key] = None
+            self._chunk_guessed = False
+            return
+        if self._chunked is not None:
+            if not self._chunk_guessed:
+                self._open.pop(self._chunked, None)
+            self._chunked = None
+            self._chunk_guessed = False
+        if kind in ("RUN_FINISHED", "RUN_ERROR"):
+            self._open.clear()
+        elif kind in _STARTS:
+            self._open[_STARTS[kind] + str(event.get(_ID[kind]))] = None
+        elif kind in _ENDS:
+            self._open.pop(_ENDS[kind] + str(event.get(_ID[kind])), None)
+
+    def _observe_sync(self, event: Event, kind: Any) -> None:
+        """Follow a repair frame: ends, then re-opened items (start + content so far, or one
+        chunk carrying the content so far).
+
+        The hub's thread streams chunks into the item opened last, if it was opened by chunks.
+        Which re-opened item that is, the frames do not say: while the item this copy saw
+        streaming is still open it stays; otherwise the last re-opened item is taken (a chunk
+        the hub accepts for it continues it; one for an item opened by a start event the hub
+        rejects, so guessing wrong there costs nothing).
+        """
+        if kind in ("RUN_FINISHED", "RUN_ERROR"):
+            self._forget_streaming()
+        elif kind in _ENDS:
+            key = _ENDS[kind] + str(event.get(_ID[kind]))
+            self._open.pop(key, None)
+            if key == self._chunked:
+                self._chunked = None
+        elif kind in _STARTS:
+            key = _STARTS[kind] + str(event.get(_ID[kind]))
+            self._open[key] = None
+            if self._chunked is None or self._chunk_guessed:
+                self._chunked = key
+                self._chunk_guessed = True
+        elif kind in _CHUNKS:
+            item, id_field = _CHUNKS[kind]
+            key = f"{item}:{event.get(id_field)}"
+            if self._chunked is not None and self._chunked != key and not self._chunk_guessed:
+                self._open.pop(self._chunked, None)
+            self._open[key] = None
+            self._chunked = key  # re-opened as a chunk: chunks continue it
+            self._chunk_guessed = False
+
+    def _chunk_target(self, item: str, item_id: Any, sync: bool) -> tuple[str, bool]:
+        """The item a chunk streams into, and whether it starts (or restarts) it.
+
+        A sync chunk re-opens an item with its content so far: it always starts it.
+        """
+        key = f"{item}:{item_id}" if item_id else self._chunked
+        if key is None or not key.startswith(f"{item}:"):
+            raise KeyError(f"a {item} chunk without an id continues nothing")
+        return key, sync or key != self._chunked
+
+    def _text_chunk(self, event: Event, sync: bool) -> None:
+        key, start = self._chunk_target("text", event.get("messageId"), sync)
+        message_id = key.split(":", 1)[1]
+        if start:
+            self.messages.start_text(message_id, event.get("role") or "assistant")
+        elif self.messages.get(message_id) is None:
+            raise KeyError(f"no message {message_id!r}")
+        if event.get("delta"):
+            self.messages.append_text(message_id, event["delta"])
+
+    def _tool_chunk(self, event: Event, sync: bool) -> None:
+        key, start = self._chunk_target("tool", event.get("toolCallId"), sync)
+        call_id = key.split(":", 1)[1]
+        if start:
+            if not event.get("toolCallName"):
+                raise KeyError("the first TOOL_CALL_CHUNK of a call needs toolCallName")
+            self.messages.start_tool_call(
+                call_id, event["toolCallName"], event.get("parentMessageId")
+            )
+        else:
+            self._require_call(call_id)
+        if event.get("delta"):
+            self.messages.append_tool_args(call_id, event["delta"])

@@ -34,10 +34,14 @@ CAUSES = (
 )
 
 
+#: Causes after which what was sent to a consumer says nothing of what it holds.
+FORGETFUL_CAUSES = frozenset({"gap"})
+
+
 class ConsumerView:
     """What the hub has written to one consumer."""
 
-    __slots__ = ("chunked", "epoch", "open", "run_id", "seq")
+    __slots__ = ("chunked", "claimed", "epoch", "open", "run_id", "seq")
 
     def __init__(self) -> None:
         self.epoch: str | None = None
@@ -45,6 +49,24 @@ class ConsumerView:
         self.run_id: str | None = None
         self.open: dict[str, None] = {}
         self.chunked: str | None = None
+        #: The consumer stated what it holds (``assume``); cleared once it is caught up.
+        self.claimed = False
+
+    def assume(self, run_id: str | None, open_keys: tuple[str, ...]) -> None:
+        """The consumer told us what it holds; repair from that rather than from what we sent."""
+        self.run_id = run_id
+        self.open = dict.fromkeys(k for k in open_keys if k.split(":", 1)[0] in STREAMING)
+        self.chunked = None
+        self.claimed = True
+
+    def before_repair(self, cause: str) -> None:
+        """A consumer that reports a gap lost frames we sent: what it holds open is unknown,
+        so the repair re-sends everything open (a fresh join), which a copy holding some of
+        it takes as continuations. Other causes keep what was sent (no second RUN_STARTED)."""
+        if cause in FORGETFUL_CAUSES and not self.claimed:
+            self.run_id = None
+            self.open = {}
+            self.chunked = None
 
     def key(self) -> tuple[str | None, tuple[str, ...]]:
         """Consumers with equal keys at one position need the same repair frames."""
@@ -57,6 +79,7 @@ class ConsumerView:
         self.run_id = thread.run_id
         self.open = dict.fromkeys(thread.open)
         self.chunked = thread.chunked
+        self.claimed = False
 
     def observe(self, event: Event) -> None:
         """Follow one live event as it is written to the consumer."""
@@ -142,32 +165,37 @@ def _content_so_far(thread: Thread, key: str) -> str:
         return str(call["function"]["arguments"]) if call else ""
     if kind in ("text", "reasoning"):
         message = thread.messages.get(item_id)
-        return str(message.get("content") or "") if message else ""
+        content = message.get("content") if message else None
+        return content if isinstance(content, str) else ""
     return ""
 
 
 def _messages_without(thread: Thread, reopen: list[str]) -> list[dict[str, Any]]:
     """The thread's messages, less what is about to be streamed again.
 
-    A re-opened message stays in place with empty content (its start continues it, and its
-    finished tool calls are kept); a re-opened tool call leaves its parent's ``toolCalls``.
+    Re-opened messages and tool calls stay in place with empty content or arguments: their
+    start continues them (as the official client continues a held id) and the content so
+    far follows.
     """
     empty = {k.split(":", 1)[1] for k in reopen if k.startswith(("text:", "reasoning:"))}
-    skip_calls = {k.split(":", 1)[1] for k in reopen if k.startswith("tool:")}
+    skip_calls = {k.split(":", 1)[1] for k in reopen if k.startswith("tool:")}  # blanked
     if not empty and not skip_calls:
         return thread.messages.items
     result = []
     for message in thread.messages.items:
-        if message["id"] in empty:
+        if message["id"] in empty and isinstance(message.get("content"), str):
             message = {**message, "content": ""}
         calls = message.get("toolCalls")
         if calls and skip_calls.intersection(c["id"] for c in calls):
-            remaining = [c for c in calls if c["id"] not in skip_calls]
-            if not remaining and not message.get("content") and message["id"] not in empty:
-                continue
-            message = {**message, "toolCalls": remaining}
+            message = {**message, "toolCalls": [_blank_call(c, skip_calls) for c in calls]}
         result.append(message)
     return result
+
+
+def _blank_call(call: dict[str, Any], streaming: set[str]) -> dict[str, Any]:
+    if call["id"] not in streaming:
+        return call
+    return {**call, "function": {**call["function"], "arguments": ""}}
 
 
 def resume(thread: Thread, since: int, epoch: str | None) -> tuple[list[Event] | None, str | None]:

@@ -8,6 +8,7 @@ building rules follow the official AG-UI client, so a late joiner that is handed
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 from hub.core.patch import Document, apply_patch, check_patch
@@ -18,14 +19,17 @@ Message = dict[str, Any]
 CLIENT_SIDE_ROLES = frozenset({"activity", "reasoning"})
 
 
-def reconcile(held: list[Message], snapshot: list[Message]) -> list[Message]:
+def reconcile(
+    held: list[Message], snapshot: list[Message], keep: frozenset[str] = frozenset()
+) -> list[Message]:
     """MESSAGES_SNAPSHOT reconciliation, as AG-UI 1.0 states it.
 
     - a snapshot message whose id is held replaces the held copy in place (keeps its position);
     - snapshot messages never seen are appended, in snapshot order;
     - held messages missing from the snapshot are dropped, except ``activity`` and
       ``reasoning`` messages, unless the snapshot carries at least one message of that role
-      (then the snapshot is the complete set for that role).
+      (then the snapshot is the complete set for that role);
+    - held messages whose id is in ``keep`` are never dropped (they keep their position).
     """
     by_id = {m["id"]: m for m in snapshot}
     roles = {m.get("role") for m in snapshot}
@@ -37,7 +41,7 @@ def reconcile(held: list[Message], snapshot: list[Message]) -> list[Message]:
             if mid not in placed:
                 result.append(by_id[mid])
                 placed.add(mid)
-        elif m.get("role") in CLIENT_SIDE_ROLES and m.get("role") not in roles:
+        elif mid in keep or (m.get("role") in CLIENT_SIDE_ROLES and m.get("role") not in roles):
             result.append(m)
     for m in snapshot:
         if m["id"] not in placed:
@@ -77,9 +81,38 @@ class MessageLog:
         self._by_id[message["id"]] = message
         return message
 
-    def replace_all(self, snapshot: list[Message]) -> None:
-        self.items = reconcile(self.items, copy.deepcopy(snapshot))
+    def streaming_into(self, streaming: Iterable[str]) -> dict[str, Message]:
+        """The held messages that streaming items (``text:ID``, ``tool:ID``...) write into."""
+        found: dict[str, Message] = {}
+        for key in streaming:
+            kind, item_id = key.split(":", 1)
+            if kind == "tool":
+                item_id = self._tool_parent.get(item_id, "")
+            elif kind not in ("text", "reasoning"):
+                continue
+            if item_id in self._by_id:
+                found[item_id] = self._by_id[item_id]
+        return found
+
+    def replace_all(self, snapshot: list[Message], streaming: Iterable[str] = ()) -> None:
+        """Reconcile with a MESSAGES_SNAPSHOT.
+
+        ``streaming`` names the items still streaming (``text:ID``, ``reasoning:ID``,
+        ``tool:ID``): a snapshot cannot drop the message they stream into, or the content
+        still to come would have nowhere to go; such a message is kept in its place.
+        """
+        streaming = list(streaming)
+        keep = frozenset(self.streaming_into(streaming))
+        calls = [
+            (self._tool_parent[key[5:]], call)
+            for key in streaming
+            if key.startswith("tool:") and (call := self.tool_call(key[5:])) is not None
+        ]
+        self.items = reconcile(self.items, copy.deepcopy(snapshot), keep)
         self._reindex()
+        for parent_id, call in calls:  # a streaming call the snapshot left out goes back
+            if self.tool_call(call["id"]) is None:
+                self._place_call(call, parent_id)
 
     # text and reasoning messages -------------------------------------------------------------
 
@@ -94,21 +127,38 @@ class MessageLog:
         self._append(message)
 
     def append_text(self, message_id: str, delta: str) -> None:
-        message = self._by_id[message_id]
-        message["content"] = (message.get("content") or "") + delta
+        """Append streamed text. A message that is gone, or whose content is not text (an
+        activity took its id), takes nothing, as in the official client."""
+        message = self._by_id.get(message_id)
+        if message is None:
+            return
+        content = message.get("content")
+        if content is None or isinstance(content, str):
+            message["content"] = (content or "") + delta
 
     # tool calls ------------------------------------------------------------------------------
 
     def start_tool_call(self, tool_call_id: str, name: str, parent_message_id: str | None) -> None:
+        """Open a tool call in its parent assistant message. A call id already held is
+        continued in place (new name, arguments appended), as the official client does."""
+        existing = self.tool_call(tool_call_id)
+        if existing is not None:
+            existing["function"]["name"] = name
+            return
+        call = {"id": tool_call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        self._place_call(call, parent_message_id)
+
+    def _place_call(self, call: dict[str, Any], parent_message_id: str | None) -> None:
+        """Put a tool call where the official client does: into its parent if that is an
+        assistant message; else into a new assistant message named after the parent (when no
+        message has that id) or after the call (no parent, or a parent of another role)."""
         parent = self._by_id.get(parent_message_id) if parent_message_id else None
         if parent is None or parent.get("role") != "assistant":
-            parent = self._append(
-                {"id": parent_message_id or tool_call_id, "role": "assistant", "toolCalls": []}
-            )
-        parent.setdefault("toolCalls", []).append(
-            {"id": tool_call_id, "type": "function", "function": {"name": name, "arguments": ""}}
-        )
-        self._tool_parent[tool_call_id] = parent["id"]
+            taken = parent is not None or not parent_message_id
+            message_id = call["id"] if taken else parent_message_id
+            parent = self._append({"id": message_id, "role": "assistant", "toolCalls": []})
+        parent.setdefault("toolCalls", []).append(call)
+        self._tool_parent[call["id"]] = parent["id"]
 
     def append_tool_args(self, tool_call_id: str, delta: str) -> None:
         call = self.tool_call(tool_call_id)

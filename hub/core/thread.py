@@ -238,7 +238,14 @@ class Thread:
         return event
 
     def _on_messages_snapshot(self, event: Event) -> Event:
-        self.messages.replace_all(event["messages"])
+        streaming = self.messages.streaming_into(self.open)
+        for message in event["messages"]:
+            held = streaming.get(message["id"])
+            if held is not None and held.get("role") != message.get("role"):
+                raise InvalidSequence(
+                    f"MESSAGES_SNAPSHOT changes the role of {message['id']!r} while it streams"
+                )
+        self.messages.replace_all(event["messages"], streaming=self.open)
         return event
 
     def _start(self, kind: str, event: Event) -> str:

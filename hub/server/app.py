@@ -236,13 +236,15 @@ class HubServer:
             ident=ident,
         )
         thread = channel.thread
-        await ws.send(
-            encode(
-                control.welcome(thread.thread_id, thread.seq, thread.epoch, self.config.node),
-                encoding,
-            )
-        )
-        hub.attach(channel, outbox, target.since, target.epoch)
+        # Decide and subscribe first (synchronously, so no event slips by), then welcome: the
+        # writer starts only after it, so the welcome is still the first frame.
+        position = (thread.thread_id, thread.seq, thread.epoch, self.config.node)
+        cause = hub.attach(channel, outbox, target.since, target.epoch)
+        try:
+            await ws.send(encode(control.welcome(*position, resumed=cause is None), encoding))
+        except ConnectionClosed:
+            hub.detach(channel, outbox)
+            return
         outbox.start()
         try:
             async for message in ws:
@@ -260,7 +262,7 @@ class HubServer:
     def _consumer_frame(self, channel: Channel, outbox: Outbox, message: str | bytes) -> None:
         command = control.parse_command(decode(message))
         if isinstance(command, control.Resync):
-            outbox.repair(command.reason)
+            outbox.repair(command.reason, command.holding)
         elif isinstance(command, control.Ack):
             outbox.acked = min(command.seq, channel.thread.seq)
         else:

@@ -26,6 +26,9 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         "--consumer-buffer", type=int, default=1 << 20, help="bytes queued per consumer"
     )
     parser.add_argument("--slow-timeout", type=float, default=10.0, help="seconds before 4008")
+    parser.add_argument(
+        "--heartbeat", type=float, default=15.0, help="seconds of silence before hub.heartbeat"
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -37,6 +40,7 @@ def _config(args: argparse.Namespace) -> Config:
         retention=args.retention,
         consumer_buffer=args.consumer_buffer,
         slow_timeout=args.slow_timeout,
+        heartbeat=args.heartbeat,
     )
     if args.node:
         config.node = args.node

@@ -31,6 +31,8 @@ class Config:
     compact_seconds: float = 5.0
     #: Largest frame accepted from any client.
     max_frame: int = 1 << 20
+    #: Seconds of silence after which an idle consumer gets ``hub.heartbeat`` with the position.
+    heartbeat: float = 15.0
     #: Seconds a draining node waits for consumers to take their close frame.
     drain_timeout: float = 3.0
     #: Pending TCP connections the listening socket queues (a reconnect storm arrives at once).

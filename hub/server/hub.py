@@ -24,6 +24,7 @@ from hub.server.config import Config
 from hub.server.metrics import Metrics
 from hub.server.outbox import Outbox
 from hub.store import Store
+from hub.wire import control
 from hub.wire.codec import Encoding, Frame, pack, unpack
 
 log = logging.getLogger("agui_hub")
@@ -229,14 +230,21 @@ class Hub:
                     self._maybe_unload(channel)
 
     async def _watchdog(self) -> None:
-        """One timer for all consumers: close those stuck on one frame past slow_timeout."""
+        """One timer for all consumers: close those stuck on one frame past slow_timeout, and
+        send idle ones a heartbeat carrying the position (so a lost tail is noticed)."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(max(0.05, min(1.0, self.config.slow_timeout / 4)))
+            tick = min(1.0, self.config.slow_timeout / 4, self.config.heartbeat / 4)
+            await asyncio.sleep(max(0.05, tick))
             now = loop.time()
             for channel in list(self.channels.values()):
+                beat: Frame | None = None
                 for outbox in list(channel.consumers):
                     outbox.check_slow(now)
+                    if outbox.idle and now - outbox.last_sent >= self.config.heartbeat:
+                        thread = channel.thread
+                        beat = beat or Frame(control.heartbeat(thread.seq, thread.epoch))
+                        outbox.reply(beat)
 
     def _maybe_unload(self, channel: Channel) -> None:
         if channel.persisted_seq == channel.thread.seq and not channel.consumers:
@@ -252,6 +260,7 @@ class Hub:
         if channel.sync_cache_seq != thread.seq:
             channel.sync_cache.clear()
             channel.sync_cache_seq = thread.seq
+        view.before_repair(cause)
         key = (view.key(), encoding)
         frames = channel.sync_cache.get(key)
         if frames is None:

@@ -18,6 +18,7 @@ from typing import Protocol
 from hub.core.consumer import ConsumerView
 from hub.server.metrics import Metrics
 from hub.wire.codec import MSGPACK, Encoding, Frame
+from hub.wire.control import Holding
 
 log = logging.getLogger("agui_hub.consumer")
 
@@ -62,11 +63,14 @@ class Outbox:
         self._replies: deque[Frame] = deque(maxlen=MAX_REPLIES)
         self._bytes = 0
         self._repair: str | None = None
+        self._holding: Holding | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.closed = False
         #: When the frame being written started waiting for the socket (None when idle).
         self.busy_since: float | None = None
+        #: When the last frame was written (loop time), for heartbeats.
+        self.last_sent = 0.0
         self._closing: asyncio.Task[None] | None = None
 
     @property
@@ -102,12 +106,15 @@ class Outbox:
             self._replies.append(frame)
             self._wake.set()
 
-    def repair(self, cause: str) -> None:
-        """Drop the backlog; the writer sends this consumer a fresh snapshot next."""
+    def repair(self, cause: str, holding: Holding | None = None) -> None:
+        """Drop the backlog; the writer sends this consumer a fresh snapshot next. With
+        ``holding`` (the consumer's own word on what it holds open), repair from that."""
         self._queue.clear()
         self._bytes = 0
         if self._repair is None:
             self._repair = cause
+        if holding is not None:
+            self._holding = holding
         self._wake.set()
 
     async def _send(self, frame: Frame) -> None:
@@ -116,7 +123,19 @@ class Outbox:
         self.busy_since = asyncio.get_running_loop().time()
         await self.socket.send(frame.data(self.encoding), text=self.encoding != MSGPACK)
         self.busy_since = None
+        self.last_sent = asyncio.get_running_loop().time()
         self.metrics.inc("agui_hub_events_out_total")
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, pending or being written: the consumer was sent all there is."""
+        return (
+            not self.closed
+            and self.busy_since is None
+            and self._repair is None
+            and not self._queue
+            and not self._replies
+        )
 
     def check_slow(self, now: float) -> None:
         """Close with 4008 if one frame has waited on the socket for over ``slow_timeout``."""
@@ -145,6 +164,9 @@ class Outbox:
                         cause, self._repair = self._repair, None
                         self._queue.clear()
                         self._bytes = 0
+                        if self._holding is not None:
+                            self.view.assume(self._holding.run, self._holding.open)
+                            self._holding = None
                         frames = self.repairer(self.view, cause)
                         for frame in frames:
                             await self._send(frame)

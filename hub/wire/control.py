@@ -10,6 +10,7 @@ from hub.errors import HubError, PeerError, UnknownCommand
 WELCOME = "hub.welcome"
 ERROR = "hub.error"
 ACK = "hub.ack"
+HEARTBEAT = "hub.heartbeat"
 SESSION = "hub.session"
 
 
@@ -18,6 +19,8 @@ def custom(name: str, value: Any) -> dict[str, Any]:
 
 
 def welcome(thread_id: str, seq: int, epoch: str, node: str, **extra: Any) -> dict[str, Any]:
+    """First frame on every connection. For consumers, ``resumed`` says whether the events
+    after ``since`` follow (True) or a join from scratch does (False)."""
     return custom(
         WELCOME, {"threadId": thread_id, "seq": seq, "epoch": epoch, "node": node, **extra}
     )
@@ -27,13 +30,28 @@ def error(exc: HubError, **extra: Any) -> dict[str, Any]:
     return custom(ERROR, {**exc.as_value(), **extra})
 
 
+def heartbeat(seq: int, epoch: str) -> dict[str, Any]:
+    """Sent to an idle consumer: everything up to ``seq`` was sent, so a consumer holding
+    less lost something (and asks ``hub.resync`` with reason ``gap``)."""
+    return custom(HEARTBEAT, {"seq": seq, "epoch": epoch})
+
+
 def ack(seq: int, count: int) -> dict[str, Any]:
     return custom(ACK, {"seq": seq, "count": count})
 
 
 @dataclass(frozen=True)
+class Holding:
+    """What a consumer says it holds: its open run and its open streaming items."""
+
+    run: str | None
+    open: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Resync:
     reason: str
+    holding: Holding | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,28 @@ class Publish:
 
 Command = Resync | Ack | Publish
 
+#: Bounds on a consumer's ``holding`` claim.
+MAX_HOLDING_ITEMS = 256
+MAX_ID_LENGTH = 256
+
+
+def _holding(value: Any) -> Holding:
+    """Parse ``{"run": ID|null, "open": ["text:ID", "tool:ID", ...]}``."""
+    if not isinstance(value, dict):
+        raise PeerError("hub.resync 'holding' must be an object")
+    run = value.get("run")
+    items = value.get("open", [])
+    if run is not None and (not isinstance(run, str) or len(run) > MAX_ID_LENGTH):
+        raise PeerError("hub.resync 'holding.run' must be a run id or null")
+    if not isinstance(items, list) or len(items) > MAX_HOLDING_ITEMS:
+        raise PeerError(f"hub.resync 'holding.open' must be a list of at most {MAX_HOLDING_ITEMS}")
+    for item in items:
+        kind, _, item_id = item.partition(":") if isinstance(item, str) else ("", "", "")
+        if not kind.isalpha() or not item_id or len(item_id) > MAX_ID_LENGTH:
+            raise PeerError("hub.resync 'holding.open' items look like 'text:ID' or 'tool:ID'")
+    return Holding(run, tuple(dict.fromkeys(items)))
+
+
 #: Reasons a consumer may give for asking a resync; anything else counts as ``patch_failed``.
 CONSUMER_RESYNC_REASONS = frozenset({"patch_failed", "gap"})
 
@@ -58,7 +98,8 @@ def parse_command(obj: dict[str, Any]) -> Command:
     kind = obj.get("type")
     if kind == "hub.resync":
         reason = obj.get("reason")
-        return Resync(reason if reason in CONSUMER_RESYNC_REASONS else "patch_failed")
+        holding = _holding(obj["holding"]) if "holding" in obj else None
+        return Resync(reason if reason in CONSUMER_RESYNC_REASONS else "patch_failed", holding)
     if kind == "hub.ack":
         seq = obj.get("seq")
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:

@@ -10,11 +10,12 @@ from ag_ui.core import Event as AguiEvent
 from ag_ui.core import EventType
 from pydantic import TypeAdapter, ValidationError
 
-from hub.core.patch import KNOWN_OPS
 from hub.errors import InvalidEvent, MalformedPatch
 
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AguiEvent)
 EVENT_TYPES = frozenset(str(member.value) for member in EventType)
+#: The operations RFC 6902 defines; others are dropped (AG-UI's open operations).
+KNOWN_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
 
 
 def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:

@@ -47,10 +47,13 @@ def test_a_fresh_join_gets_the_join_prefix() -> None:
         "TOOL_CALL_ARGS",
     ]
     # finished messages are in the snapshot; streaming ones keep their place with no content
-    # (their re-opened start continues them); a streaming tool call leaves its parent
+    # (their re-opened start continues them); a streaming tool call likewise keeps its place
+    # with no arguments yet
+    call = {"id": "tc", "type": "function", "function": {"name": "f", "arguments": ""}}
     assert frames[2]["messages"] == [
         {"id": "done", "role": "assistant", "content": "finished"},
         {"id": "live", "role": "assistant", "content": ""},
+        {"id": "p", "role": "assistant", "toolCalls": [call]},
     ]
     assert frames[4]["delta"] == "so far" and frames[6]["delta"] == '{"q"'
     assert all(f["metadata"]["hub"] == {"seq": 9, "epoch": "e1", "sync": True} for f in frames)

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from official_client import harness
-
 from support import Client, HubProcess, is_custom, seq_of
 
 pytestmark = pytest.mark.skipif(

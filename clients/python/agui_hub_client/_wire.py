@@ -9,6 +9,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hub.errors import BadFrame
 from hub.wire.codec import MSGPACK_SUBPROTOCOL, decode, encode
+from hub.wire.control import ERROR, WELCOME
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.typing import Subprotocol
@@ -17,9 +18,6 @@ from agui_hub_client.errors import HandshakeFailed
 
 Encoding = Literal["json", "msgpack"]
 Event = dict[str, Any]
-WELCOME = "hub.welcome"
-ERROR = "hub.error"
-ACK = "hub.ack"
 #: Close code a draining node sends: reconnect (elsewhere) with ``since``.
 CLOSE_DRAINING = 4009
 #: hub.error codes on a refused connection that may clear up by themselves.

@@ -15,11 +15,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from hub.wire.control import WELCOME
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from agui_hub_client._wire import (
-    WELCOME,
     Encoding,
     Event,
     Model,
@@ -354,9 +354,8 @@ class Consumer:
 
     async def resync(self, reason: str = "patch_failed") -> None:
         """Ask the hub for a fresh snapshot, as if this copy had found itself wrong."""
-        self.mirror.awaiting = reason
-        self.mirror.resyncs[reason] += 1
-        await self._send({"type": "hub.resync", "reason": reason})
+        for command in self.mirror.resync(reason).send:
+            await self._send(command)
 
     async def _send(self, command: dict[str, Any]) -> None:
         ws = self._ws

@@ -36,23 +36,21 @@ from typing import Any
 
 from hub.core.messages import Message, MessageLog
 from hub.core.patch import Document, apply_patch, check_patch
+from hub.core.thread import STREAMING
 from hub.errors import MalformedPatch, PatchFailed
+from hub.wire.control import ERROR, HEARTBEAT, WELCOME
 
-from agui_hub_client._wire import ERROR, WELCOME, Event, hub_control
+from agui_hub_client._wire import Event, hub_control
 
 #: Reasons a consumer gives the hub when it asks for a fresh snapshot.
 GAP = "gap"
 PATCH_FAILED = "patch_failed"
 
 #: Streaming items followed for chunk handling: start and end events -> key prefix.
-_STARTS = {"TEXT_MESSAGE_START": "text:", "TOOL_CALL_START": "tool:"}
-_ENDS = {"TEXT_MESSAGE_END": "text:", "TOOL_CALL_END": "tool:"}
-_ID = {
-    "TEXT_MESSAGE_START": "messageId",
-    "TEXT_MESSAGE_END": "messageId",
-    "TOOL_CALL_START": "toolCallId",
-    "TOOL_CALL_END": "toolCallId",
-}
+# What opens and ends a streaming item, as the hub's thread defines it (hub.core.thread).
+_STARTS = {spec[0]: f"{kind}:" for kind, spec in STREAMING.items()}
+_ENDS = {spec[2]: f"{kind}:" for kind, spec in STREAMING.items()}
+_ID = {spec[i]: spec[3] for spec in STREAMING.values() for i in (0, 2)}
 #: Chunk events -> (item, id field).
 _CHUNKS = {"TEXT_MESSAGE_CHUNK": ("text", "messageId"), "TOOL_CALL_CHUNK": ("tool", "toolCallId")}
 
@@ -112,6 +110,8 @@ class Mirror:
         # ("text:ID"/"tool:ID"), and the one chunk events stream into. A chunk for that item
         # continues it; a chunk for any other item starts (or restarts) it, as in the hub.
         self._open: dict[str, None] = {}
+        #: The run this copy has open (RUN_STARTED seen, not yet finished).
+        self.run_id: str | None = None
         self._chunked: str | None = None
         #: ``_chunked`` was guessed from a repair's re-opened items, not seen streaming.
         self._chunk_guessed = False
@@ -144,6 +144,7 @@ class Mirror:
         self._resuming = resumed
 
     def _forget_streaming(self) -> None:
+        self.run_id = None
         self._open.clear()
         self._chunked = None
         self._chunk_guessed = False
@@ -175,13 +176,13 @@ class Mirror:
             return Step()
         if self.epoch is not None and position.get("epoch") != self.epoch:
             self._observe(frame)
-            return self._resync(GAP)
+            return self.resync(GAP)
         if seq <= self.seq:
             self.duplicates += 1
             return Step()
         if seq > self.seq + 1:
             self._observe(frame)
-            return self._resync(GAP)
+            return self.resync(GAP)
         step = self._apply_live(frame)
         if step.applied is not None:
             self.seq = seq
@@ -192,6 +193,10 @@ class Mirror:
         if name == WELCOME and isinstance(value, dict):
             epoch = value.get("epoch")
             seq = value.get("seq")
+            if isinstance(value.get("resumed"), bool):  # the hub says which it is
+                if self._resuming and not value["resumed"]:
+                    self._forget_streaming()  # a join from scratch follows, not a replay
+                self._resuming = False
             if self.awaiting is None:
                 if self.epoch is not None and epoch != self.epoch:
                     self.awaiting = "epoch_changed"  # the hub sends a snapshot join
@@ -200,6 +205,11 @@ class Mirror:
             return Step(welcome=value)
         if name == ERROR and isinstance(value, dict):
             return Step(error=value)
+        if name == HEARTBEAT and isinstance(value, dict) and self.awaiting is None:
+            # The hub had sent everything up to value.seq: holding less means a lost tail.
+            seq = value.get("seq")
+            if value.get("epoch") == self.epoch and isinstance(seq, int) and seq > self.seq:
+                return self.resync(GAP)
         return Step()
 
     def _sync(self, frame: Event, position: dict[str, Any]) -> Step:
@@ -220,15 +230,19 @@ class Mirror:
         try:
             self._apply(frame)
         except LocalFailure:
-            return self._resync(PATCH_FAILED)
+            return self.resync(PATCH_FAILED)
         finally:
             self._observe(frame)
         return Step(applied=frame)
 
-    def _resync(self, reason: str) -> Step:
+    def resync(self, reason: str) -> Step:
+        """Stop following live events and ask the hub for a repair (the returned step's
+        ``send``), saying what this copy holds open."""
         self.awaiting = reason
         self.resyncs[reason] += 1
-        return Step(send=[{"type": "hub.resync", "reason": reason}])
+        # Say what this copy holds open, so the repair ends and re-opens exactly the rest.
+        holding = {"run": self.run_id, "open": list(self._open)}
+        return Step(send=[{"type": "hub.resync", "reason": reason, "holding": holding}])
 
     # -- test hooks -----------------------------------------------------------------------------
 
@@ -277,12 +291,13 @@ class Mirror:
             ops, _ = check_patch(event.get("delta"))
             apply_patch(self.doc, ops)
         elif kind == "MESSAGES_SNAPSHOT":
-            messages.replace_all(event["messages"])
+            messages.replace_all(event["messages"], streaming=self._open)
         elif kind == "TEXT_MESSAGE_START":
             messages.start_text(event["messageId"], event.get("role") or "assistant")
         elif kind == "REASONING_MESSAGE_START":
             messages.start_text(event["messageId"], "reasoning")
         elif kind in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT"):
+            self._require_open(event["messageId"])
             messages.append_text(event["messageId"], event["delta"])
         elif kind == "TOOL_CALL_START":
             messages.start_tool_call(
@@ -303,6 +318,11 @@ class Mirror:
             self._text_chunk(event, sync)
         elif kind == "TOOL_CALL_CHUNK":
             self._tool_chunk(event, sync)
+
+    def _require_open(self, message_id: str) -> None:
+        # The hub forwards content only for a message it has open; we must have it open too.
+        if f"text:{message_id}" not in self._open and f"reasoning:{message_id}" not in self._open:
+            raise KeyError(f"no open message {message_id!r}")
 
     def _require_call(self, tool_call_id: str) -> None:
         if self.messages.tool_call(tool_call_id) is None:
@@ -331,6 +351,9 @@ class Mirror:
             self._chunk_guessed = False
         if kind in ("RUN_FINISHED", "RUN_ERROR"):
             self._open.clear()
+            self.run_id = None
+        elif kind == "RUN_STARTED":
+            self.run_id = event.get("runId")
         elif kind in _STARTS:
             self._open[_STARTS[kind] + str(event.get(_ID[kind]))] = None
         elif kind in _ENDS:
@@ -348,6 +371,8 @@ class Mirror:
         """
         if kind in ("RUN_FINISHED", "RUN_ERROR"):
             self._forget_streaming()
+        elif kind == "RUN_STARTED":
+            self.run_id = event.get("runId")
         elif kind in _ENDS:
             key = _ENDS[kind] + str(event.get(_ID[kind]))
             self._open.pop(key, None)

@@ -13,7 +13,9 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
+
+from websockets.protocol import State
 
 from hub.core.consumer import ConsumerView
 from hub.server.metrics import Metrics
@@ -25,6 +27,18 @@ log = logging.getLogger("agui_hub.consumer")
 CLOSE_SLOW = 4008
 #: Replies (``hub.error``) kept for one consumer; a client that provokes more loses the oldest.
 MAX_REPLIES = 64
+#: Queued frames written to a consumer in one go.
+MAX_BATCH = 64
+
+
+def _supports_direct_writes(socket: object) -> bool:
+    protocol = getattr(socket, "protocol", None)
+    return (
+        hasattr(socket, "transport")
+        and hasattr(socket, "drain")
+        and protocol is not None
+        and not getattr(protocol, "extensions", [None])
+    )
 
 
 class Socket(Protocol):
@@ -72,6 +86,8 @@ class Outbox:
         #: When the last frame was written (loop time), for heartbeats.
         self.last_sent = 0.0
         self._closing: asyncio.Task[None] | None = None
+        #: Write prebuilt frames to the transport (a websockets connection without extensions).
+        self._direct = _supports_direct_writes(socket)
 
     @property
     def queued_bytes(self) -> int:
@@ -121,10 +137,45 @@ class Outbox:
         # No per-frame timer (wait_for costs a task per send); the hub's watchdog calls
         # `check_slow` for every consumer instead.
         self.busy_since = asyncio.get_running_loop().time()
-        await self.socket.send(frame.data(self.encoding), text=self.encoding != MSGPACK)
+        if self._direct:
+            await self._write_frame(frame.wire(self.encoding))
+        else:
+            await self.socket.send(frame.data(self.encoding), text=self.encoding != MSGPACK)
         self.busy_since = None
         self.last_sent = asyncio.get_running_loop().time()
         self.metrics.inc("agui_hub_events_out_total")
+
+    async def _send_batch(self) -> None:
+        """Everything queued (up to MAX_BATCH frames) in one write: one syscall, not one each."""
+        batch: list[bytes] = []
+        events = []
+        while self._queue and len(batch) < MAX_BATCH:
+            frame, size = self._queue.popleft()
+            self._bytes -= size
+            batch.append(frame.wire(self.encoding))
+            events.append(frame.event)
+        self.busy_since = asyncio.get_running_loop().time()
+        await self._write_frame(b"".join(batch) if len(batch) > 1 else batch[0])
+        self.busy_since = None
+        self.last_sent = asyncio.get_running_loop().time()
+        self.metrics.inc("agui_hub_events_out_total", len(batch))
+        for event in events:
+            self.view.observe(event)
+
+    async def _write_frame(self, data: bytes) -> None:
+        """Write a frame built once for all consumers straight to this connection's transport.
+
+        Safe with websockets as configured here: no compression and no fragmented sends, so a
+        whole data frame may go between any two frames the library writes itself (pings,
+        pongs, close). Only while the connection is OPEN; otherwise the library's own send
+        raises ConnectionClosed as usual.
+        """
+        ws: Any = self.socket
+        if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
+            await ws.send(b"", text=True)  # raises ConnectionClosed
+            return
+        ws.transport.write(data)
+        await ws.drain()
 
     @property
     def idle(self) -> bool:
@@ -170,6 +221,8 @@ class Outbox:
                         frames = self.repairer(self.view, cause)
                         for frame in frames:
                             await self._send(frame)
+                    elif self._direct:
+                        await self._send_batch()
                     else:
                         frame, size = self._queue.popleft()
                         self._bytes -= size

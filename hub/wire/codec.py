@@ -6,6 +6,8 @@ import json
 from typing import Any, Literal
 
 import msgpack
+from websockets.frames import Frame as WsFrame
+from websockets.frames import Opcode
 
 from hub.errors import BadFrame
 
@@ -61,12 +63,23 @@ class Frame:
     repeated per consumer.
     """
 
-    __slots__ = ("_json", "_msgpack", "event")
+    __slots__ = ("_json", "_msgpack", "_wire", "event")
 
     def __init__(self, event: dict[str, Any]) -> None:
         self.event = event
         self._json: bytes | None = None
         self._msgpack: bytes | None = None
+        self._wire: dict[Encoding, bytes] = {}
+
+    def wire(self, encoding: Encoding) -> bytes:
+        """The whole WebSocket frame a server sends (header and payload; server frames are
+        not masked), built once with the websockets library's own serializer."""
+        frame = self._wire.get(encoding)
+        if frame is None:
+            opcode = Opcode.BINARY if encoding == MSGPACK else Opcode.TEXT
+            frame = WsFrame(opcode, self.data(encoding)).serialize(mask=False, extensions=[])
+            self._wire[encoding] = frame
+        return frame
 
     def data(self, encoding: Encoding) -> bytes:
         if encoding == MSGPACK:

@@ -23,6 +23,7 @@ from hub.errors import HubError, Unavailable
 from hub.server.config import Config
 from hub.server.metrics import Metrics
 from hub.server.outbox import Outbox
+from hub.server.writes import WriteQueue
 from hub.store import Store
 from hub.wire import control
 from hub.wire.codec import Encoding, Frame, pack, unpack
@@ -61,7 +62,7 @@ class Hub:
         self.metrics = metrics or Metrics()
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Lock] = {}
-        self._writes: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue(config.persist_queue)
+        self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
         self._tasks: list[asyncio.Task[None]] = []
         self.store_ok = True
 
@@ -157,31 +158,19 @@ class Hub:
             self._write(("record", channel.thread_id, pack(channel.thread.to_record())))
 
     def _write(self, item: tuple[str, str, Any]) -> None:
-        try:
-            self._writes.put_nowait(item)
-        except asyncio.QueueFull:
-            # Producers await `backpressure()` before publishing, so this is rare: keep order
-            # and grow past the bound rather than lose an accepted event.
-            self._writes._queue.append(item)  # type: ignore[attr-defined]
-            self._writes._unfinished_tasks += 1  # type: ignore[attr-defined]
-            self._writes._finished.clear()  # type: ignore[attr-defined]
+        self._writes.put(item)
 
     async def backpressure(self) -> None:
-        """Wait while the store is behind by more than ``persist_queue`` writes."""
-        while self._writes.full():
-            await asyncio.sleep(0.005)
+        """Wait while the store is behind by ``persist_queue`` writes or more."""
+        await self._writes.wait_below()
 
     async def _persister(self) -> None:
         while True:
-            kind, thread_id, payload = await self._writes.get()
-            batch: list[tuple[str, str, Any]] = [(kind, thread_id, payload)]
-            while not self._writes.empty() and len(batch) < 512:
-                batch.append(self._writes.get_nowait())
+            batch = await self._writes.take(512)
             try:
                 await self._flush(batch)
             finally:
-                for _ in batch:
-                    self._writes.task_done()
+                self._writes.done()
 
     async def _flush(self, batch: list[tuple[str, str, Any]]) -> None:
         pending: dict[str, list[Event]] = {}

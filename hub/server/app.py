@@ -295,6 +295,7 @@ class HubServer:
         hub = self.hub
         thread = channel.thread
         self.producers += 1
+        channel.producers += 1
         welcome = control.welcome(
             thread.thread_id, thread.seq, thread.epoch, self.config.node, input=thread.input()
         )
@@ -315,6 +316,7 @@ class HubServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await acker
             self.producers -= 1
+            channel.producers -= 1
             if thread.run_id is not None and thread.run_id in state.runs:
                 hub.abort_run(
                     channel, "the agent disconnected during the run", "agent_disconnected"

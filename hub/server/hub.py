@@ -31,6 +31,10 @@ from hub.wire.codec import Encoding, Frame, pack, unpack
 log = logging.getLogger("agui_hub")
 
 
+#: Seconds a thread with no connections stays loaded after its last change.
+UNLOAD_AFTER = 60.0
+
+
 def new_epoch() -> str:
     return secrets.token_hex(8)
 
@@ -46,6 +50,8 @@ class Channel:
     #: Repair frames at the current seq, by (view key, encoding): one encode for many joiners.
     sync_cache: dict[tuple[Any, str], list[Frame]] = field(default_factory=dict)
     sync_cache_seq: int = -1
+    #: Agents connected to this thread (a thread in use is never unloaded).
+    producers: int = 0
     persisted_seq: int = 0
     unsaved: int = 0
     changed_at: float = 0.0
@@ -215,7 +221,7 @@ class Hub:
             for channel in list(self.channels.values()):
                 if channel.unsaved and now - channel.changed_at >= self.config.compact_seconds:
                     self._compact(channel)
-                if not channel.consumers and not channel.unsaved and now - channel.changed_at > 60:
+                if now - channel.changed_at > UNLOAD_AFTER:
                     self._maybe_unload(channel)
 
     async def _watchdog(self) -> None:
@@ -236,7 +242,9 @@ class Hub:
                         outbox.reply(beat)
 
     def _maybe_unload(self, channel: Channel) -> None:
-        if channel.persisted_seq == channel.thread.seq and not channel.consumers:
+        """Forget a thread nobody uses whose every event is stored; it loads again on demand."""
+        in_use = channel.consumers or channel.producers or channel.unsaved
+        if not in_use and channel.persisted_seq == channel.thread.seq:
             self.channels.pop(channel.thread_id, None)
 
     # -- consumers ------------------------------------------------------------------------------

@@ -34,3 +34,15 @@ async def test_live_events_are_kept_as_one_frame_for_every_consumer_and_replay()
     (frame,) = channel.frames
     assert frame.event is outcome.events[0]
     assert frame.data("json") is frame.data("json")  # cached bytes
+
+
+async def test_a_thread_in_use_is_never_unloaded() -> None:
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    channel = await hub.channel("t")
+    channel.producers = 1  # an agent holds it, with no consumer watching
+    hub._maybe_unload(channel)
+    assert hub.channels.get("t") is channel
+    channel.producers = 0
+    hub._maybe_unload(channel)
+    assert "t" not in hub.channels
+    assert await hub.channel("t") is not channel  # loaded again on demand

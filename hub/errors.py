@@ -97,6 +97,19 @@ class Unavailable(HubInternalError):
     close_code = 1013
 
 
+class StoreConflict(HubInternalError):
+    """An append that does not continue the thread's log: a gap, or a stored seq with other
+    bytes. Another writer got there first (or this node lost track): reload and retry."""
+
+    code = "store_conflict"
+
+    def __init__(self, thread_id: str, expected: int, got: int) -> None:
+        super().__init__(f"thread {thread_id!r}: the log expects seq {expected} next, got {got}")
+        self.thread_id = thread_id
+        self.expected = expected
+        self.got = got
+
+
 #: Every stable code, for documentation and for tests that check codes are known.
 ERROR_CODES: dict[str, str] = {
     "bad_frame": "the frame is not valid JSON/msgpack, or not an object",

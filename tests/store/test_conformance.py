@@ -22,18 +22,22 @@ def event(seq: int, **extra: object) -> dict[str, object]:
     }
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
     """Opens the backend under test; for durable backends a second open sees the same data."""
     opened: list[Store] = []
     memory: Store | None = None
+    if request.param == "redis":  # a real redis-server of the tests' own, emptied per test
+        url = request.getfixturevalue("redis_url")
+    else:
+        url = f"sqlite:///{tmp_path}/hub.db"
 
     async def open_() -> Store:
         nonlocal memory
         if request.param == "memory":
             memory = memory or await open_store("memory://", retention=5)
             return memory
-        store = await open_store(f"sqlite:///{tmp_path}/hub.db", retention=5)
+        store = await open_store(url, retention=5)
         opened.append(store)
         return store
 

@@ -1,0 +1,107 @@
+"""Test support: a real ``redis-server`` on a free loopback port, in its own temp dir.
+
+Tests never use a Redis they did not start: each server is started here, waited for until it
+answers PING, and stopped by its PID (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+
+def redis_server_binary() -> str:
+    """The path of ``redis-server``. Where it is not installed the calling test is skipped,
+    except in CI (``CI`` set), where .ci/run installs it: there a skip would hide a gap."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed, and CI must run the Redis tests")
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """One ``redis-server`` on 127.0.0.1; no persistence unless ``extra`` asks for it."""
+
+    def __init__(self, *extra: str, port: int = 0) -> None:
+        self.extra = extra
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.dir: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers PING. A port picked here that another
+        process took meanwhile is picked again (up to three tries)."""
+        binary = redis_server_binary()
+        self.dir = self.dir or Path(tempfile.mkdtemp(prefix="agui-redis-"))
+        pick = not self.port
+        for _ in range(3 if pick else 1):
+            self.port = free_port() if pick else self.port
+            cmd = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
+            cmd += ["--save", "", "--appendonly", "no", "--protected-mode", "yes", *self.extra]
+            with (self.dir / "redis.log").open("ab") as log:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if self.ping():
+                    return self
+                time.sleep(0.02)
+            self.stop()
+        raise RuntimeError(f"redis-server did not start:\n{self.log()}")
+
+    def ping(self) -> bool:
+        """True if the server answers PING (a raw RESP exchange, no client library)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def log(self) -> str:
+        if self.dir is None or not (self.dir / "redis.log").exists():
+            return ""
+        return (self.dir / "redis.log").read_text(errors="replace")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the server by its PID: SIGTERM, then SIGKILL if it does not exit in time."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def cleanup(self) -> None:
+        """Stop the server and remove its directory."""
+        self.stop()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None

@@ -1,0 +1,25 @@
+"""Store test fixtures: one real redis-server for the whole session, emptied for each test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis_support import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server of the tests' own on a free loopback port (skips if not installed)."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The URL of an empty database on the session's redis-server."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushdb()
+    return redis_server.url

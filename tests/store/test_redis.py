@@ -1,0 +1,158 @@
+"""What the Redis store promises beyond the conformance suite, on a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.crc import key_slot
+from redis_support import RedisServer
+
+from hub.errors import StoreConflict
+from hub.store.redis import RedisStore, thread_keys
+from hub.wire.codec import pack, unpack
+
+
+def event(seq: int, value: object = None) -> dict[str, object]:
+    value = seq if value is None else value
+    return {"type": "CUSTOM", "name": "n", "value": value, "metadata": {"hub": {"seq": seq}}}
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RedisStore]:
+    store = await RedisStore.open(redis_url, retention=5)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def stream_ids(client: Redis, thread_id: str) -> list[bytes]:
+    entries: list[tuple[bytes, Any]] = await client.xrange(thread_keys(thread_id)[1])
+    return [entry_id for entry_id, _ in entries]
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [[4], [0], [2], [1], [3, 5], [3, 3], [2, 3], [1, 2, 3]],
+    ids=[
+        "gap",
+        "seq-zero",
+        "overwrite-last",
+        "overwrite-older",
+        "gap-inside-batch",
+        "repeat-inside-batch",
+        "overwrite-then-continue",
+        "overwrite-everything-then-continue",
+    ],
+)
+async def test_an_append_that_does_not_continue_the_log_is_refused_and_changes_nothing(
+    store: RedisStore, client: Redis, batch: list[int]
+) -> None:
+    await store.create("t", pack({}))
+    await store.append("t", [event(1), event(2)])
+    with pytest.raises(StoreConflict) as refused:
+        await store.append("t", [event(seq, "other") for seq in batch])
+    assert refused.value.thread_id == "t" and refused.value.got in batch
+    assert await stream_ids(client, "t") == [b"1-0", b"2-0"]
+    await store.append("t", [event(3)])
+    assert await stream_ids(client, "t") == [b"1-0", b"2-0", b"3-0"]
+
+
+async def test_a_retried_append_is_stored_and_published_once(
+    store: RedisStore, client: Redis
+) -> None:
+    await store.create("t", pack({}))
+    async with client.pubsub() as pubsub:
+        await pubsub.subscribe(thread_keys("t")[2])
+        await pubsub.get_message(timeout=1.0)
+        await store.append("t", [event(1), event(2)])
+        await store.append("t", [event(1), event(2)])  # the reply was lost; the writer retries
+        await store.append("t", [event(2), event(3)])  # a retry that carries a new event too
+        published = []
+        while message := await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5):
+            published.append(unpack(message["data"]))
+    assert published == [[event(1), event(2)], [event(3)]]
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.log == [event(1), event(2), event(3)]
+
+
+async def test_a_retry_of_events_trimmed_from_the_log_is_a_conflict(store: RedisStore) -> None:
+    await store.create("t", pack({}))
+    for seq in range(1, 8):
+        await store.append("t", [event(seq)])
+    with pytest.raises(StoreConflict):  # seq 1 and 2 are gone: it cannot be shown to be a retry
+        await store.append("t", [event(2), event(3)])
+
+
+async def test_an_append_to_an_unknown_thread_fails_and_writes_nothing(
+    store: RedisStore, client: Redis
+) -> None:
+    with pytest.raises(KeyError):
+        await store.append("ghost", [event(1)])
+    assert await client.keys("*") == []
+
+
+async def test_an_append_publishes_its_events_on_the_threads_channel(
+    store: RedisStore, client: Redis
+) -> None:
+    await store.create("org:t.1", pack({}))
+    channel = thread_keys("org:t.1")[2]
+    async with client.pubsub() as pubsub:
+        await pubsub.subscribe(channel)
+        await pubsub.get_message(timeout=1.0)  # the subscribe confirmation
+        await store.append("org:t.1", [event(1), event(2)])
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2.0)
+    assert message is not None and message["channel"] == channel.encode()
+    assert unpack(message["data"]) == [event(1), event(2)]
+
+
+async def test_a_large_batch_is_published_as_one_msgpack_array(
+    store: RedisStore, client: Redis
+) -> None:
+    await store.create("t", pack({}))
+    store.retention = 100_000
+    async with client.pubsub() as pubsub:
+        await pubsub.subscribe(thread_keys("t")[2])
+        await pubsub.get_message(timeout=1.0)
+        for batch in ([event(seq) for seq in range(1, 21)], [event(s) for s in range(21, 70021)]):
+            await store.append("t", batch)  # array headers fixarray, array16 and array32
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+            assert message is not None and unpack(message["data"]) == batch
+
+
+async def test_the_keys_of_a_thread_share_one_cluster_slot() -> None:
+    server = RedisServer("--cluster-enabled", "yes").start()  # CLUSTER KEYSLOT needs cluster mode
+    cluster = Redis.from_url(server.url)
+    try:
+        for thread_id in ["t", "tenant:thread.1_a-b", "a:b:c", "x.y-z_0"]:
+            keys = thread_keys(thread_id)
+            slots = {await cluster.execute_command("CLUSTER KEYSLOT", key) for key in keys}
+            assert slots == {key_slot(thread_id.encode())}
+    finally:
+        await cluster.aclose()
+        server.cleanup()
+
+
+@pytest.mark.parametrize("thread_id", ["", "a{b", "a}b", "{x}"])
+async def test_thread_ids_that_would_break_the_hash_tag_are_refused(
+    store: RedisStore, thread_id: str
+) -> None:
+    with pytest.raises(ValueError):
+        await store.create(thread_id, pack({}))
+
+
+async def test_ping_is_false_when_redis_is_unreachable() -> None:
+    store = await RedisStore.open("redis://127.0.0.1:1/0")
+    try:
+        assert await asyncio.wait_for(store.ping(), 5) is False
+    finally:
+        await store.close()

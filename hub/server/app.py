@@ -249,7 +249,7 @@ class HubServer:
         try:
             async for message in ws:
                 try:
-                    self._consumer_frame(channel, outbox, message)
+                    await self._consumer_frame(channel, outbox, message)
                 except PeerError as exc:
                     hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
                     outbox.reply(Frame(control.error(exc)))
@@ -259,16 +259,18 @@ class HubServer:
             hub.detach(channel, outbox)
             await outbox.stop()
 
-    def _consumer_frame(self, channel: Channel, outbox: Outbox, message: str | bytes) -> None:
+    async def _consumer_frame(self, channel: Channel, outbox: Outbox, message: str | bytes) -> None:
         command = control.parse_command(decode(message))
         if isinstance(command, control.Resync):
             outbox.repair(command.reason, command.holding)
         elif isinstance(command, control.Ack):
             outbox.acked = min(command.seq, channel.thread.seq)
         else:
-            self._consumer_publish(channel, outbox, command)
+            await self._consumer_publish(channel, outbox, command)
 
-    def _consumer_publish(self, channel: Channel, outbox: Outbox, command: control.Publish) -> None:
+    async def _consumer_publish(
+        self, channel: Channel, outbox: Outbox, command: control.Publish
+    ) -> None:
         event, _ = parse_event(command.event)
         kind = event["type"]
         thread = channel.thread
@@ -280,7 +282,7 @@ class HubServer:
                 return
         else:
             raise PeerError("hub.publish takes STATE_DELTA or STATE_SNAPSHOT events")
-        outcome = self.hub.publish(channel, event)
+        outcome = await self.hub.publish(channel, event)
         if isinstance(outcome.error, PatchFailed):
             self._conflict(outbox, outcome.error.message)
         elif isinstance(outcome.error, MalformedPatch | PeerError):
@@ -306,7 +308,7 @@ class HubServer:
             async for message in ws:
                 state.frames += 1
                 await hub.backpressure()
-                error = self._agent_frame(channel, state, message)
+                error = await self._agent_frame(channel, state, message)
                 if error is not None:
                     await ws.send(encode(control.error(error, frame=state.frames), encoding))
         except ConnectionClosed:
@@ -318,21 +320,21 @@ class HubServer:
             self.producers -= 1
             channel.producers -= 1
             if thread.run_id is not None and thread.run_id in state.runs:
-                hub.abort_run(
+                await hub.abort_run(
                     channel, "the agent disconnected during the run", "agent_disconnected"
                 )
 
-    def _agent_frame(
+    async def _agent_frame(
         self, channel: Channel, state: _ProducerState, message: str | bytes
     ) -> HubError | None:
         try:
-            return self._agent_event(channel, state, message)
+            return await self._agent_event(channel, state, message)
         finally:
             # Every frame is acknowledged once what it produced is stored, rejected ones too.
             state.last_seq = channel.thread.seq
             state.pending.append((state.frames, state.last_seq))
 
-    def _agent_event(
+    async def _agent_event(
         self, channel: Channel, state: _ProducerState, message: str | bytes
     ) -> HubError | None:
         hub = self.hub
@@ -340,7 +342,7 @@ class HubServer:
             event, warnings = parse_event(decode(message))
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-            hub.abort_run(channel, exc.message, "malformed_patch")
+            await hub.abort_run(channel, exc.message, "malformed_patch")
             return exc
         except PeerError as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
@@ -348,7 +350,7 @@ class HubServer:
         if warnings:
             hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
             log.warning("thread %s: %s", channel.thread_id, "; ".join(warnings))
-        outcome = hub.publish(channel, event)
+        outcome = await hub.publish(channel, event)
         if event["type"] == "RUN_STARTED" and outcome.error is None:
             state.runs.add(event["runId"])
         return outcome.error

@@ -30,6 +30,12 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         "--heartbeat", type=float, default=15.0, help="seconds of silence before hub.heartbeat"
     )
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--test-drop-bus",
+        type=float,
+        default=0.0,
+        help="TESTING ONLY: drop this fraction of the bus messages from other nodes",
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -41,6 +47,7 @@ def _config(args: argparse.Namespace) -> Config:
         consumer_buffer=args.consumer_buffer,
         slow_timeout=args.slow_timeout,
         heartbeat=args.heartbeat,
+        test_drop_bus=args.test_drop_bus,
     )
     if args.node:
         config.node = args.node

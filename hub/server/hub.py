@@ -1,9 +1,10 @@
 """The hub on one node: loaded threads, fan-out to their consumers, and persistence.
 
-Everything here runs on one event loop. A publish is synchronous from the core's answer to the
-last consumer's queue (no await in between), so every consumer sees one order; only the store
-write is asynchronous, done in order by one persister task, and producers are acknowledged only
-for events the store has taken.
+Everything here runs on one event loop. On a node-local store (memory, SQLite) a publish is
+synchronous from the core's answer to the last consumer's queue (no await in between), so every
+consumer sees one order; the store write follows, in order, by one persister task, and producers
+are acknowledged only for events the store has taken. On a shared store (Redis) the store
+sequences: see :mod:`hub.server.shared`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hub.errors import HubError, Unavailable
 from hub.server.config import Config
 from hub.server.metrics import Metrics
 from hub.server.outbox import Outbox
+from hub.server.shared import SharedThreads
 from hub.server.writes import WriteQueue
 from hub.store import Store
 from hub.wire import control
@@ -55,6 +57,13 @@ class Channel:
     persisted_seq: int = 0
     unsaved: int = 0
     changed_at: float = 0.0
+    # Shared stores only (see hub.server.shared): one writer at a time on this node, what
+    # arrived from other nodes, when the bus last spoke, and the task following it.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    inbox: deque[Event] = field(default_factory=deque)
+    heard_at: float = 0.0
+    follower: asyncio.Task[None] | None = None
+    check_head: bool = False
 
     @property
     def thread_id(self) -> str:
@@ -71,6 +80,9 @@ class Hub:
         self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
         self._tasks: list[asyncio.Task[None]] = []
         self.store_ok = True
+        self.bus = store.bus()
+        self._background: set[asyncio.Task[None]] = set()
+        self.shared = SharedThreads(self) if store.shared else None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -80,6 +92,8 @@ class Hub:
             asyncio.create_task(self._compactor(), name="compactor"),
             asyncio.create_task(self._watchdog(), name="watchdog"),
         ]
+        if self.bus is not None and self.shared is not None:
+            self._tasks.append(asyncio.create_task(self.bus.run(self.shared.deliver), name="bus"))
 
     async def close(self) -> None:
         for channel in self.channels.values():
@@ -107,52 +121,95 @@ class Hub:
         self._loading.pop(thread_id, None)
         return channel
 
-    async def _load(self, thread_id: str) -> Channel:
+    async def load_thread(self, thread_id: str) -> Thread:
+        """The thread as the store holds it, created (with a new epoch) if it has none."""
         retention = self.config.retention
         try:
-            stored = await self.store.load(thread_id)
-            if stored is None:
+            for _ in range(3):
+                stored = await self.store.load(thread_id)
+                if stored is not None:
+                    record = unpack(stored.record)
+                    return Thread.from_record(record, stored.log, retention=retention)
                 thread = Thread(thread_id, new_epoch(), retention=retention)
-                await self.store.create(thread_id, pack(thread.to_record()))
-            else:
-                thread = Thread.from_record(unpack(stored.record), stored.log, retention=retention)
+                if await self.store.create_new(thread_id, pack(thread.to_record())):
+                    return thread
         except HubError:
             raise
         except Exception as exc:
             log.exception("store failed loading thread %s", thread_id)
             raise Unavailable("the store is unavailable") from exc
+        raise Unavailable("the thread is being created and deleted concurrently")
+
+    async def _load(self, thread_id: str) -> Channel:
+        if self.bus is not None:
+            try:
+                await self.bus.subscribe(thread_id)  # first, so nothing falls between
+            except Exception as exc:
+                raise Unavailable("the store is unavailable") from exc
+        try:
+            thread = await self.load_thread(thread_id)
+        except HubError:
+            if self.bus is not None:
+                with contextlib.suppress(Exception):
+                    await self.bus.unsubscribe(thread_id)
+            raise
         channel = Channel(thread, frames=deque(maxlen=thread.log.maxlen))
         channel.frames.extend(Frame(e) for e in thread.log)
         channel.persisted_seq = thread.seq
+        if self.shared is not None:
+            channel.heard_at = time.monotonic()
+            channel.check_head = True  # anything appended between subscribe and load
+            self.shared.schedule(channel)
         return channel
 
     # -- publishing -----------------------------------------------------------------------------
 
-    def publish(self, channel: Channel, event: Event) -> Outcome:
-        """Sequence one validated event, fan it out, and queue it for the store."""
-        outcome = channel.thread.publish(event)
-        self._accept(channel, outcome.events)
+    async def publish(self, channel: Channel, event: Event) -> Outcome:
+        """Sequence one validated event, fan it out, and store it.
+
+        On a node-local store this never waits: the event is fanned out at once and queued for
+        the store. On a shared store the store sequences it (see hub.server.shared)."""
+        if self.shared is not None:
+            outcome = await self.shared.commit(channel, lambda thread: thread.publish(event))
+        else:
+            outcome = channel.thread.publish(event)
+            self._accept(channel, outcome.events)
         if outcome.warnings:
             self.metrics.inc("agui_hub_patch_ops_dropped_total", len(outcome.warnings))
         if outcome.error is not None:
             self.metrics.inc("agui_hub_events_rejected_total", code=outcome.error.code)
         return outcome
 
-    def abort_run(self, channel: Channel, message: str, code: str) -> None:
-        event = channel.thread.abort_run(message, code)
-        if event is not None:
-            self._accept(channel, [event])
+    async def abort_run(self, channel: Channel, message: str, code: str) -> None:
+        """End the open run with RUN_ERROR (its agent went away, or sent a malformed patch)."""
+
+        def abort(thread: Thread) -> Outcome:
+            event = thread.abort_run(message, code)
+            return Outcome(events=[] if event is None else [event])
+
+        if self.shared is not None:
+            await self.shared.commit(channel, abort)
+        else:
+            self._accept(channel, abort(channel.thread).events)
 
     def _accept(self, channel: Channel, events: list[Event]) -> None:
-        if not events:
-            return
+        """Node-local store: fan out now, store in order behind."""
+        if events:
+            self.fan_out(channel, events)
+            self._write(("append", channel.thread_id, events))
+
+    def frame(self, event: Event) -> Frame:
+        return Frame(event)
+
+    def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
+        """Committed events to every consumer of the thread on this node (never waits)."""
         for event in events:
             frame = Frame(event)
             channel.frames.append(frame)
             for outbox in channel.consumers:
                 outbox.push(frame)
-        self.metrics.inc("agui_hub_events_in_total", len(events))
-        self._write(("append", channel.thread_id, events))
+        if count:
+            self.metrics.inc("agui_hub_events_in_total", len(events))
         channel.unsaved += len(events)
         channel.changed_at = time.monotonic()
         if channel.unsaved >= self.config.compact_every:
@@ -232,6 +289,8 @@ class Hub:
             tick = min(1.0, self.config.slow_timeout / 4, self.config.heartbeat / 4)
             await asyncio.sleep(max(0.05, tick))
             now = loop.time()
+            if self.shared is not None:
+                self.shared.check_quiet(now)
             for channel in list(self.channels.values()):
                 beat: Frame | None = None
                 for outbox in list(channel.consumers):
@@ -246,6 +305,10 @@ class Hub:
         in_use = channel.consumers or channel.producers or channel.unsaved
         if not in_use and channel.persisted_seq == channel.thread.seq:
             self.channels.pop(channel.thread_id, None)
+            if self.bus is not None:
+                task = asyncio.create_task(self.bus.unsubscribe(channel.thread_id))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
 
     # -- consumers ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ come from one writer at a time, in order.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,10 @@ class StoredThread:
 
 class Store(ABC):
     """Persistence for threads."""
+
+    #: True when several hub nodes share this store (and its bus): appends may then conflict
+    #: (:class:`hub.errors.StoreConflict`) and other nodes' events arrive through :meth:`bus`.
+    shared = False
 
     def __init__(self, *, retention: int = 10_000) -> None:
         #: How many of the newest events a thread's log keeps.
@@ -49,12 +54,51 @@ class Store(ABC):
     async def thread_ids(self) -> list[str]:
         """Every thread the store holds."""
 
+    async def create_new(self, thread_id: str, record: bytes) -> bool:
+        """Create the thread unless it exists; True if this call created it. Atomic on shared
+        stores, so two nodes loading a new thread at once agree on one epoch."""
+        if await self.load(thread_id) is not None:
+            return False
+        await self.create(thread_id, record)
+        return True
+
+    async def read_log(self, thread_id: str, after: int) -> list[Event] | None:
+        """The retained events after seq ``after``, or None if the log no longer reaches back
+        to ``after + 1`` (or the thread is gone)."""
+        stored = await self.load(thread_id)
+        if stored is None:
+            return None
+        if stored.log and seq_of(stored.log[0]) > after + 1:
+            return None
+        return [e for e in stored.log if seq_of(e) > after]
+
+    def bus(self) -> Bus | None:
+        """Where other nodes' appends arrive, for shared stores; None otherwise."""
+        return None
+
     async def ping(self) -> bool:
         """True while the store can take writes."""
         return True
 
     async def close(self) -> None:  # noqa: B027 - optional for backends
         """Release connections and files."""
+
+
+class Bus(ABC):
+    """Appends made by any node, delivered to the nodes subscribed to their thread. At most
+    once: a node must notice a gap itself (seq jumps) and fill it with :meth:`Store.read_log`."""
+
+    @abstractmethod
+    async def subscribe(self, thread_id: str) -> None:
+        """Start receiving the thread's appends (counted: one unsubscribe per subscribe)."""
+
+    @abstractmethod
+    async def unsubscribe(self, thread_id: str) -> None:
+        """Stop, once every subscribe has its unsubscribe."""
+
+    @abstractmethod
+    async def run(self, deliver: Callable[[str, list[Event]], None]) -> None:
+        """Deliver every append as ``deliver(thread_id, events)`` until cancelled."""
 
 
 def seq_of(event: Event) -> int:

@@ -18,6 +18,7 @@ A retried append is recognised (same seqs, same bytes) and is a no-op, not a con
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -26,7 +27,7 @@ from redis.backoff import EqualJitterBackoff
 from redis.exceptions import RedisError
 
 from hub.errors import StoreConflict
-from hub.store.base import Event, Store, StoredThread, seq_of
+from hub.store.base import Bus, Event, Store, StoredThread, seq_of
 from hub.wire.codec import pack, unpack
 
 PREFIX = "agui:"
@@ -109,6 +110,17 @@ return {1, first + n - 1, m}
 """
 
 
+# KEYS: record, log. ARGV: record. Creates the thread only if it does not exist.
+CREATE_NEW = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+
+
 def thread_keys(thread_id: str) -> tuple[str, str, str]:
     """The record, log and channel names of a thread, all under the hash tag ``{thread_id}``."""
     if not thread_id or "{" in thread_id or "}" in thread_id:
@@ -118,10 +130,36 @@ def thread_keys(thread_id: str) -> tuple[str, str, str]:
 
 
 class RedisStore(Store):
+    shared = True
+
     def __init__(self, client: Redis, *, retention: int = 10_000) -> None:
         super().__init__(retention=retention)
         self.client = client
         self._append = client.register_script(APPEND)
+        self._create_new = client.register_script(CREATE_NEW)
+        self._bus: RedisBus | None = None
+
+    def bus(self) -> RedisBus:
+        if self._bus is None:
+            self._bus = RedisBus(self.client)
+        return self._bus
+
+    async def create_new(self, thread_id: str, record: bytes) -> bool:
+        record_key, log_key, _ = thread_keys(thread_id)
+        return bool(await self._create_new(keys=[record_key, log_key], args=[record]))
+
+    async def read_log(self, thread_id: str, after: int) -> list[Event] | None:
+        record_key, log_key, _ = thread_keys(thread_id)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.exists(record_key)
+            pipe.xrange(log_key, f"{after + 1}-0", "+")
+            exists, entries = await pipe.execute()
+        if not exists:
+            return None
+        events = [unpack(fields[b"e"]) for _, fields in entries]
+        if events and seq_of(events[0]) != after + 1:
+            return None  # trimmed: the log no longer reaches back that far
+        return events
 
     @classmethod
     async def open(cls, url: str, *, retention: int = 10_000) -> RedisStore:
@@ -184,4 +222,47 @@ class RedisStore(Store):
             return False
 
     async def close(self) -> None:
+        if self._bus is not None:
+            await self._bus.close()
         await self.client.aclose()
+
+
+class RedisBus(Bus):
+    """Redis pub/sub, one connection per node, channels counted by subscriber."""
+
+    def __init__(self, client: Redis) -> None:
+        self.pubsub = client.pubsub()
+        self._refs: dict[str, int] = {}
+        self._threads: dict[bytes, str] = {}
+
+    async def subscribe(self, thread_id: str) -> None:
+        self._refs[thread_id] = self._refs.get(thread_id, 0) + 1
+        if self._refs[thread_id] == 1:
+            channel = thread_keys(thread_id)[2]
+            self._threads[channel.encode()] = thread_id
+            await self.pubsub.subscribe(channel)
+
+    async def unsubscribe(self, thread_id: str) -> None:
+        refs = self._refs.get(thread_id, 0) - 1
+        if refs > 0:
+            self._refs[thread_id] = refs
+            return
+        self._refs.pop(thread_id, None)
+        channel = thread_keys(thread_id)[2]
+        self._threads.pop(channel.encode(), None)
+        await self.pubsub.unsubscribe(channel)
+
+    async def run(self, deliver: Callable[[str, list[Event]], None]) -> None:
+        while True:
+            if not self._refs:
+                await asyncio.sleep(0.05)
+                continue
+            message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if message is None or message.get("type") != "message":
+                continue
+            thread_id = self._threads.get(bytes(message["channel"]))
+            if thread_id is not None:
+                deliver(thread_id, unpack(message["data"]))
+
+    async def close(self) -> None:
+        await self.pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -11,13 +11,13 @@ from hub.store.memory import MemoryStore
 async def test_a_snapshot_is_encoded_once_per_position_and_encoding_for_every_joiner() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
     channel = await hub.channel("t")
-    hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 10_000}})
+    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 10_000}})
     first = hub.repair_frames(channel, ConsumerView(), "join", "json")
     storm = [hub.repair_frames(channel, ConsumerView(), "join", "json") for _ in range(100)]
     assert all(frames is first for frames in storm)  # the same encoded frames, not copies
     packed = hub.repair_frames(channel, ConsumerView(), "join", "msgpack")
     assert packed is not first
-    hub.publish(
+    await hub.publish(
         channel, {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/n", "value": 1}]}
     )
     after = hub.repair_frames(channel, ConsumerView(), "join", "json")
@@ -30,7 +30,7 @@ async def test_a_snapshot_is_encoded_once_per_position_and_encoding_for_every_jo
 async def test_live_events_are_kept_as_one_frame_for_every_consumer_and_replay() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
     channel = await hub.channel("t")
-    outcome = hub.publish(channel, {"type": "CUSTOM", "name": "x", "value": 1})
+    outcome = await hub.publish(channel, {"type": "CUSTOM", "name": "x", "value": 1})
     (frame,) = channel.frames
     assert frame.event is outcome.events[0]
     assert frame.data("json") is frame.data("json")  # cached bytes

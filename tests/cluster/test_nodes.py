@@ -1,0 +1,122 @@
+"""Many nodes, one truth: hub processes sharing threads through a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from agui_hub_client import Consumer, Producer
+from support import HubProcess
+
+TIMEOUT = 20.0
+
+
+def delta(key: str, value: Any) -> dict[str, Any]:
+    return {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/{key}", "value": value}]}
+
+
+def run_events(thread: str, n: int) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [
+        {"type": "RUN_STARTED", "threadId": thread, "runId": "r1"},
+        {"type": "STATE_SNAPSHOT", "snapshot": {"doc": {"n": 0}}},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"},
+    ]
+    for i in range(n):
+        events.append(delta(f"k{i}", i))
+        events.append({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": f"{i} "})
+    events += [
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1"},
+        {"type": "RUN_FINISHED", "threadId": thread, "runId": "r1"},
+    ]
+    return events
+
+
+async def publish(url: str, events: list[dict[str, Any]]) -> None:
+    async with Producer(url) as producer:
+        for event in events:
+            await producer.send(event)
+        await producer.flush(TIMEOUT)
+        assert producer.errors == []
+
+
+async def caught_up(node: HubProcess, thread: str, seq: int) -> dict[str, Any]:
+    """The node's view of the thread once it reached ``seq`` (nodes follow each other
+    asynchronously: a node without consumers may lag by a bus message)."""
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while True:
+        view = await asyncio.to_thread(node.thread, thread)
+        if view["seq"] >= seq or asyncio.get_running_loop().time() > deadline:
+            return view
+        await asyncio.sleep(0.05)
+
+
+def assert_same(consumer: Consumer, view: dict[str, Any]) -> None:
+    assert (consumer.seq, consumer.state, consumer.messages) == (
+        view["seq"],
+        view["state"],
+        view["messages"],
+    )
+
+
+async def test_a_producer_on_one_node_reaches_consumers_on_the_others(
+    nodes: Callable[..., list[HubProcess]],
+) -> None:
+    a, b, c = nodes(3)
+    async with Consumer(f"{b.ws}/v1/threads/t") as on_b, Consumer(f"{c.ws}/v1/threads/t") as on_c:
+        events = run_events("t", 30)
+        await publish(f"{a.ws}/v1/threads/t/agent", events)
+        for consumer in (on_b, on_c):
+            await consumer.wait_for_seq(len(events), TIMEOUT)
+        view = await caught_up(a, "t", len(events))
+        assert view == await caught_up(b, "t", len(events)) == await caught_up(c, "t", len(events))
+        assert_same(on_b, view)
+        assert_same(on_c, view)
+        assert on_b.snapshots == on_c.snapshots == 1  # the join; no repair was needed
+
+
+async def test_two_producers_on_two_nodes_make_one_linear_history(
+    nodes: Callable[..., list[HubProcess]],
+) -> None:
+    a, b, c = nodes(3)
+    async with Consumer(f"{c.ws}/v1/threads/t") as watcher:
+        await asyncio.gather(
+            publish(f"{a.ws}/v1/threads/t/agent", [delta(f"a{i}", i) for i in range(60)]),
+            publish(f"{b.ws}/v1/threads/t/agent", [delta(f"b{i}", i) for i in range(60)]),
+        )
+        await watcher.wait_for_seq(120, TIMEOUT)
+        view = c.thread("t")
+        assert view["seq"] == 120 and len(view["state"]) == 120
+        assert view == await caught_up(a, "t", 120) == await caught_up(b, "t", 120)
+        assert_same(watcher, view)
+        assert watcher.resyncs == {}  # every event arrived in order, none missing
+
+
+async def test_a_consumer_resumes_on_another_node_with_a_replay(
+    nodes: Callable[..., list[HubProcess]],
+) -> None:
+    a, b = nodes(2)
+    agent = f"{a.ws}/v1/threads/t/agent"
+    async with Consumer(f"{a.ws}/v1/threads/t") as first:
+        await publish(agent, [delta(f"k{i}", i) for i in range(5)])
+        await first.wait_for_seq(5, TIMEOUT)
+        since, epoch = first.seq, first.epoch
+    await publish(agent, [delta(f"j{i}", i) for i in range(5)])
+    url = f"{b.ws}/v1/threads/t?since={since}&epoch={epoch}"
+    async with Consumer(url, since=since, epoch=epoch, state=first.state) as second:
+        await second.wait_for_seq(10, TIMEOUT)
+        assert second.snapshots == 0  # replayed from the shared log, not re-joined
+        assert_same(second, b.thread("t"))
+
+
+async def test_lost_bus_messages_are_filled_from_the_log(
+    nodes: Callable[..., list[HubProcess]],
+) -> None:
+    (a,) = nodes(1)
+    (lossy,) = nodes(1, "--test-drop-bus", "0.3")
+    async with Consumer(f"{lossy.ws}/v1/threads/t") as watcher:
+        await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"k{i}", i) for i in range(100)])
+        await watcher.wait_for_seq(100, TIMEOUT)
+        assert_same(watcher, a.thread("t"))
+        assert lossy.metric("agui_hub_bus_dropped_total") > 0
+        assert lossy.metric("agui_hub_gaps_filled_total") > 0

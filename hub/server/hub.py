@@ -64,6 +64,10 @@ class Channel:
     heard_at: float = 0.0
     follower: asyncio.Task[None] | None = None
     check_head: bool = False
+    #: The copy may hold an event the store never took (it failed mid-append): reload first.
+    stale: bool = False
+    #: The snapshot cause if catching up needs one: "gap", or "broker_reconnect".
+    gap_cause: str = "gap"
 
     @property
     def thread_id(self) -> str:
@@ -93,7 +97,8 @@ class Hub:
             asyncio.create_task(self._watchdog(), name="watchdog"),
         ]
         if self.bus is not None and self.shared is not None:
-            self._tasks.append(asyncio.create_task(self.bus.run(self.shared.deliver), name="bus"))
+            bus = self.bus.run(self.shared.deliver, self.shared.reconnected)
+            self._tasks.append(asyncio.create_task(bus, name="bus"))
 
     async def close(self) -> None:
         for channel in self.channels.values():

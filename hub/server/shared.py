@@ -49,6 +49,11 @@ class SharedThreads:
     async def commit(self, channel: Channel, change: Callable[[Thread], Outcome]) -> Outcome:
         """Apply ``change`` to the thread and append what it produced, racing other nodes."""
         async with channel.lock:
+            if channel.stale:
+                try:
+                    await self._reload(channel)
+                except Exception:
+                    return Outcome(error=Unavailable("the store is unavailable"))
             for attempt in range(MAX_ATTEMPTS):
                 if attempt:
                     await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2**attempt)))
@@ -99,6 +104,15 @@ class SharedThreads:
             if not self._apply_inbox(channel):
                 await self._fill(channel)
 
+    def reconnected(self) -> None:
+        """The bus was lost and is back: catch every thread up from the store; where the log
+        cannot prove nothing was missed, its consumers get a snapshot (broker_reconnect)."""
+        self.metrics.inc("agui_hub_bus_reconnects_total")
+        for channel in list(self.hub.channels.values()):
+            channel.check_head = True
+            channel.gap_cause = "broker_reconnect"
+            self.schedule(channel)
+
     def check_quiet(self, now: float) -> None:
         """Called periodically: look at the log's head of threads quiet on the bus."""
         for channel in list(self.hub.channels.values()):
@@ -129,13 +143,13 @@ class SharedThreads:
 
     async def _fill(self, channel: Channel) -> None:
         """Fill a gap from the store's log; reload (and repair consumers) if it cannot."""
-        channel.check_head = False
         thread = channel.thread
         try:
             events = await self.store.read_log(channel.thread_id, thread.seq)
         except Exception as exc:
             log.warning("reading thread %s from the store failed: %s", channel.thread_id, exc)
-            return
+            return  # check_head stays set: the next check tries again
+        channel.check_head = False
         if events is not None and all(
             e["metadata"]["hub"]["epoch"] == thread.epoch for e in events
         ):
@@ -145,14 +159,17 @@ class SharedThreads:
                     thread.replay(event)
                 channel.persisted_seq = thread.seq
                 self.hub.fan_out(channel, events)
+            channel.gap_cause = "gap"
             return
-        await self._reload(channel)
+        await self._reload_or_keep(channel)
+        channel.gap_cause = "gap"
 
     async def _reload_or_keep(self, channel: Channel) -> None:
         try:
             await self._reload(channel)
         except Exception:
-            log.warning("thread %s could not be reloaded; keeping the last copy", channel.thread_id)
+            channel.stale = True  # reloaded before the next publish
+            log.warning("thread %s could not be reloaded yet", channel.thread_id)
 
     async def _reload(self, channel: Channel) -> None:
         """Replace the node's copy with the store's, and bring local consumers along: the
@@ -160,6 +177,7 @@ class SharedThreads:
         committed = channel.persisted_seq
         old_epoch = channel.thread.epoch
         fresh = await self.hub.load_thread(channel.thread_id)
+        channel.stale = False
         channel.inbox.clear()
         channel.thread = fresh
         channel.persisted_seq = fresh.seq
@@ -171,6 +189,6 @@ class SharedThreads:
             self.hub.fan_out(channel, newer, count=False)
             return
         channel.frames.extend(self.hub.frame(e) for e in fresh.log)
-        cause = "gap" if fresh.epoch == old_epoch else "epoch_changed"
+        cause = channel.gap_cause if fresh.epoch == old_epoch else "epoch_changed"
         for outbox in channel.consumers:
             outbox.repair(cause)

@@ -97,8 +97,12 @@ class Bus(ABC):
         """Stop, once every subscribe has its unsubscribe."""
 
     @abstractmethod
-    async def run(self, deliver: Callable[[str, list[Event]], None]) -> None:
-        """Deliver every append as ``deliver(thread_id, events)`` until cancelled."""
+    async def run(
+        self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
+    ) -> None:
+        """Deliver every append as ``deliver(thread_id, events)`` until cancelled. When the
+        connection was lost and is back (resubscribed), call ``reconnected()``: whatever was
+        published meanwhile is gone, and the node must catch up from the store."""
 
 
 def seq_of(event: Event) -> int:

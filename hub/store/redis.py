@@ -18,10 +18,14 @@ A retried append is recognised (same seqs, same bytes) and is a no-op, not a con
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import random
 from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
 from redis.exceptions import RedisError
@@ -30,7 +34,12 @@ from hub.errors import StoreConflict
 from hub.store.base import Bus, Event, Store, StoredThread, seq_of
 from hub.wire.codec import pack, unpack
 
+log = logging.getLogger("agui_hub.redis")
+
 PREFIX = "agui:"
+#: Seconds between attempts to get the bus back: doubling from the first to the last.
+RECONNECT_MIN = 0.05
+RECONNECT_MAX = 2.0
 #: How long ``ping`` waits for Redis before calling the store down.
 PING_TIMEOUT = 1.0
 
@@ -227,13 +236,37 @@ class RedisStore(Store):
         await self.client.aclose()
 
 
+class _NotingPubSub(PubSub):
+    """A PubSub that tells its bus when it connects again: redis-py reconnects and resubscribes
+    by itself, silently, and whatever was published meanwhile is gone; the node must know."""
+
+    def __init__(self, pool: Any, *, bus: RedisBus) -> None:
+        super().__init__(pool)
+        self._bus = bus
+
+    async def on_connect(self, connection: Any) -> None:
+        await super().on_connect(connection)
+        self._bus._connected()
+
+
 class RedisBus(Bus):
     """Redis pub/sub, one connection per node, channels counted by subscriber."""
 
     def __init__(self, client: Redis) -> None:
-        self.pubsub = client.pubsub()
+        self.client = client
         self._refs: dict[str, int] = {}
         self._threads: dict[bytes, str] = {}
+        self._connections = 0
+        self._lost = False
+        self.pubsub = self._new_pubsub()
+
+    def _new_pubsub(self) -> PubSub:
+        return _NotingPubSub(self.client.connection_pool, bus=self)
+
+    def _connected(self) -> None:
+        self._connections += 1
+        if self._connections > 1:
+            self._lost = True
 
     async def subscribe(self, thread_id: str) -> None:
         self._refs[thread_id] = self._refs.get(thread_id, 0) + 1
@@ -252,17 +285,52 @@ class RedisBus(Bus):
         self._threads.pop(channel.encode(), None)
         await self.pubsub.unsubscribe(channel)
 
-    async def run(self, deliver: Callable[[str, list[Event]], None]) -> None:
+    async def run(
+        self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
+    ) -> None:
+        delay = RECONNECT_MIN
+        broken = False
         while True:
             if not self._refs:
                 await asyncio.sleep(0.05)
                 continue
-            message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if broken:
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: no herd
+                delay = min(delay * 2, RECONNECT_MAX)
+                if await self._resubscribe():
+                    broken, delay = False, RECONNECT_MIN
+                    log.warning("the Redis bus is back; catching up from the store")
+                    reconnected()
+                continue
+            try:
+                message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            except (RedisError, OSError) as exc:
+                log.warning("lost the Redis bus (%s); reconnecting", exc)
+                broken = True
+                continue
+            if self._lost:
+                self._lost = False
+                log.warning("the Redis bus reconnected; catching up from the store")
+                reconnected()
             if message is None or message.get("type") != "message":
                 continue
             thread_id = self._threads.get(bytes(message["channel"]))
             if thread_id is not None:
                 deliver(thread_id, unpack(message["data"]))
+
+    async def _resubscribe(self) -> bool:
+        """A new pub/sub connection with every channel the node follows."""
+        with contextlib.suppress(Exception):
+            await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+        self._connections = 0  # run() reports this reconnect itself
+        self.pubsub = self._new_pubsub()
+        try:
+            channels = [thread_keys(thread_id)[2] for thread_id in self._refs]
+            if channels:
+                await self.pubsub.subscribe(*channels)
+        except (RedisError, OSError):
+            return False
+        return True
 
     async def close(self) -> None:
         await self.pubsub.aclose()  # type: ignore[no-untyped-call]

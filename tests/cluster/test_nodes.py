@@ -120,3 +120,38 @@ async def test_lost_bus_messages_are_filled_from_the_log(
         assert_same(watcher, a.thread("t"))
         assert lossy.metric("agui_hub_bus_dropped_total") > 0
         assert lossy.metric("agui_hub_gaps_filled_total") > 0
+
+
+async def wait_ready(node: HubProcess) -> None:
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while (await asyncio.to_thread(node.get, "/readyz"))[0] != 200:
+        assert asyncio.get_running_loop().time() < deadline, "the node never became ready"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_redis_restart_loses_nothing_acknowledged_and_all_converge(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    from redis_support import RedisServer
+
+    redis = RedisServer("--appendonly", "yes", "--appendfsync", "always").start()
+    try:
+        a = start_hub("--node", "a", store=redis.url)
+        b = start_hub("--node", "b", store=redis.url)
+        async with Consumer(f"{b.ws}/v1/threads/t") as watcher:
+            await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"k{i}", i) for i in range(30)])
+            await watcher.wait_for_seq(30, TIMEOUT)
+            await asyncio.to_thread(redis.stop)
+            status, _ = await asyncio.to_thread(a.get, "/readyz")
+            assert status == 503  # the store is gone: not ready
+            await asyncio.to_thread(redis.start)  # same dir, same port: the AOF is replayed
+            await wait_ready(a)
+            await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"j{i}", i) for i in range(30)])
+            await watcher.wait_for_seq(60, TIMEOUT)
+            view = await caught_up(b, "t", 60)
+            assert view["seq"] == 60 and len(view["state"]) == 60  # nothing acknowledged lost
+            assert_same(watcher, view)
+            assert view == await caught_up(a, "t", 60)
+            assert b.metric("agui_hub_bus_reconnects_total") >= 1  # it knew it had been cut off
+    finally:
+        redis.cleanup()

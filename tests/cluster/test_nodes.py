@@ -155,3 +155,23 @@ async def test_a_redis_restart_loses_nothing_acknowledged_and_all_converge(
             assert b.metric("agui_hub_bus_reconnects_total") >= 1  # it knew it had been cut off
     finally:
         redis.cleanup()
+
+
+async def test_consumers_of_a_killed_node_reconnect_elsewhere_and_converge(
+    nodes: Callable[..., list[HubProcess]],
+) -> None:
+    a, b = nodes(2)
+    urls = [f"{a.ws}/v1/threads/t", f"{b.ws}/v1/threads/t"]
+    async with Consumer(urls, backoff=0.05, max_backoff=0.3) as watcher:
+        async with Producer(f"{b.ws}/v1/threads/t/agent") as producer:
+            for i in range(40):
+                await producer.send(delta(f"k{i}", i))
+                if i == 15:
+                    await watcher.wait_for_seq(10, TIMEOUT)
+                    a.kill()  # SIGKILL: no drain, no goodbye
+                await asyncio.sleep(0.01)
+            await producer.flush(TIMEOUT)
+            assert producer.errors == []
+        await watcher.wait_for_seq(40, TIMEOUT)
+        assert watcher.reconnects >= 1
+        assert_same(watcher, b.thread("t"))

@@ -269,11 +269,11 @@ class RedisBus(Bus):
             self._lost = True
 
     async def subscribe(self, thread_id: str) -> None:
-        self._refs[thread_id] = self._refs.get(thread_id, 0) + 1
-        if self._refs[thread_id] == 1:
+        if not self._refs.get(thread_id):
             channel = thread_keys(thread_id)[2]
             self._threads[channel.encode()] = thread_id
-            await self.pubsub.subscribe(channel)
+            await self.pubsub.subscribe(channel)  # counted only once it took
+        self._refs[thread_id] = self._refs.get(thread_id, 0) + 1
 
     async def unsubscribe(self, thread_id: str) -> None:
         refs = self._refs.get(thread_id, 0) - 1
@@ -304,7 +304,7 @@ class RedisBus(Bus):
                 continue
             try:
                 message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            except (RedisError, OSError) as exc:
+            except Exception as exc:  # whatever it was, the reader must not die: start over
                 log.warning("lost the Redis bus (%s); reconnecting", exc)
                 broken = True
                 continue

@@ -152,7 +152,6 @@ async def test_a_redis_restart_loses_nothing_acknowledged_and_all_converge(
             assert view["seq"] == 60 and len(view["state"]) == 60  # nothing acknowledged lost
             assert_same(watcher, view)
             assert view == await caught_up(a, "t", 60)
-            assert b.metric("agui_hub_bus_reconnects_total") >= 1  # it knew it had been cut off
     finally:
         redis.cleanup()
 

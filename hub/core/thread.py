@@ -176,6 +176,8 @@ class Thread:
     def _effect(self, event: Event) -> Event:
         kind = event["type"]
         handler = getattr(self, f"_on_{kind.lower()}", None)
+        if handler is None and kind in BY_END:
+            handler = self._end
         result: Event = handler(event) if handler is not None else event
         if self._chunked and kind not in ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK"):
             self._close_chunked()
@@ -257,46 +259,35 @@ class Thread:
         self._start("step", event)
         return event
 
-    def _on_step_finished(self, event: Event) -> Event:
-        del self.open[self._require_open("step", event["stepName"])]
-        return event
-
     def _on_reasoning_start(self, event: Event) -> Event:
         self._start("phase", event)
         return event
 
-    def _on_reasoning_end(self, event: Event) -> Event:
-        del self.open[self._require_open("phase", event["messageId"])]
-        return event
-
     def _on_text_message_start(self, event: Event) -> Event:
-        self._require_closed("text", event["messageId"])
-        self.messages.start_text(event["messageId"], event.get("role") or "assistant")
-        self._start("text", event)
-        return event
+        return self._open_message("text", event, event.get("role") or "assistant")
 
     def _on_reasoning_message_start(self, event: Event) -> Event:
-        self._require_closed("reasoning", event["messageId"])
-        self.messages.start_text(event["messageId"], "reasoning")
-        self._start("reasoning", event)
+        return self._open_message("reasoning", event, "reasoning")
+
+    def _open_message(self, kind: str, event: Event, role: str) -> Event:
+        self._require_closed(kind, event["messageId"])
+        self.messages.start_text(event["messageId"], role)
+        self._start(kind, event)
         return event
 
-    def _on_text_message_content(self, event: Event) -> Event:
-        self._require_open("text", event["messageId"])
+    def _message_content(self, event: Event) -> Event:
+        """TEXT_MESSAGE_CONTENT and REASONING_MESSAGE_CONTENT."""
+        self._require_open(BY_CONTENT[event["type"]], event["messageId"])
         self.messages.append_text(event["messageId"], event["delta"])
         return event
 
-    def _on_reasoning_message_content(self, event: Event) -> Event:
-        self._require_open("reasoning", event["messageId"])
-        self.messages.append_text(event["messageId"], event["delta"])
-        return event
+    _on_text_message_content = _message_content
+    _on_reasoning_message_content = _message_content
 
-    def _on_text_message_end(self, event: Event) -> Event:
-        del self.open[self._require_open("text", event["messageId"])]
-        return event
-
-    def _on_reasoning_message_end(self, event: Event) -> Event:
-        del self.open[self._require_open("reasoning", event["messageId"])]
+    def _end(self, event: Event) -> Event:
+        """Every *_END / *_FINISHED of a streaming item: it must be open; it closes."""
+        kind = BY_END[event["type"]]
+        del self.open[self._require_open(kind, event[STREAMING[kind][3]])]
         return event
 
     def _on_text_message_chunk(self, event: Event) -> Event:
@@ -328,10 +319,6 @@ class Thread:
     def _on_tool_call_args(self, event: Event) -> Event:
         self._require_open("tool", event["toolCallId"])
         self.messages.append_tool_args(event["toolCallId"], event["delta"])
-        return event
-
-    def _on_tool_call_end(self, event: Event) -> Event:
-        del self.open[self._require_open("tool", event["toolCallId"])]
         return event
 
     def _on_tool_call_chunk(self, event: Event) -> Event:

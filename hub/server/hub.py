@@ -203,9 +203,6 @@ class Hub:
             self.fan_out(channel, events)
             self._write(("append", channel.thread_id, events))
 
-    def frame(self, event: Event) -> Frame:
-        return Frame(event)
-
     def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
         """Committed events to every consumer of the thread on this node (never waits)."""
         for event in events:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import StoreConflict, Unavailable
 from hub.store.base import seq_of
+from hub.wire.codec import Frame
 
 if TYPE_CHECKING:
     from hub.server.hub import Channel, Hub
@@ -185,10 +186,10 @@ class SharedThreads:
         channel.sync_cache.clear()
         newer = fresh.since(committed) if fresh.epoch == old_epoch else None
         if newer is not None:
-            channel.frames.extend(self.hub.frame(e) for e in fresh.log if seq_of(e) <= committed)
+            channel.frames.extend(Frame(e) for e in fresh.log if seq_of(e) <= committed)
             self.hub.fan_out(channel, newer, count=False)
             return
-        channel.frames.extend(self.hub.frame(e) for e in fresh.log)
+        channel.frames.extend(Frame(e) for e in fresh.log)
         cause = channel.gap_cause if fresh.epoch == old_epoch else "epoch_changed"
         for outbox in channel.consumers:
             outbox.repair(cause)

@@ -105,3 +105,52 @@ class RedisServer:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+class RedisClusterServers:
+    """A Redis Cluster of ``masters`` redis-servers (no replicas) on loopback, each in its own
+    temp dir, joined with ``redis-cli --cluster create`` and waited for until every node says
+    ``cluster_state:ok``. Stopped by the servers' PIDs."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.servers = [
+            RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+            for _ in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.servers[0].port}"
+
+    def start(self, timeout: float = 30.0) -> RedisClusterServers:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            pytest.fail("redis-cli is missing (it comes with redis-server: apt-get install redis)")
+        try:
+            for server in self.servers:
+                server.start()
+            nodes = [f"127.0.0.1:{server.port}" for server in self.servers]
+            create = [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0"]
+            subprocess.run(
+                [*create, "--cluster-yes"], check=True, capture_output=True, timeout=timeout
+            )
+            deadline = time.monotonic() + timeout
+            while not all(self._state_ok(cli, server) for server in self.servers):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+                time.sleep(0.1)
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    @staticmethod
+    def _state_ok(cli: str, server: RedisServer) -> bool:
+        info = subprocess.run(
+            [cli, "-p", str(server.port), "cluster", "info"], capture_output=True, timeout=5
+        )
+        return b"cluster_state:ok" in info.stdout
+
+    def cleanup(self) -> None:
+        for server in self.servers:
+            server.cleanup()

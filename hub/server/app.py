@@ -194,6 +194,7 @@ class HubServer:
         if match:
             try:
                 channel = await self.hub.channel(match.group(1))
+                await self.hub.refresh(channel)
             except Unavailable as exc:
                 return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, exc.as_value())
             return _json_response(HTTPStatus.OK, channel.thread.view())
@@ -212,6 +213,8 @@ class HubServer:
         target = route(ws.request.path)
         try:
             channel = await self.hub.channel(target.thread_id)
+            if target.role != "agent":
+                await self.hub.follow(channel)
         except HubError as exc:
             await ws.send(encode(control.error(exc), encoding))
             await ws.close(exc.close_code, exc.code)

@@ -68,6 +68,10 @@ class Channel:
     stale: bool = False
     #: The snapshot cause if catching up needs one: "gap", or "broker_reconnect".
     gap_cause: str = "gap"
+    #: Subscribed to the thread's bus channel: while it has consumers (or one is joining).
+    subscribed: bool = False
+    joining: int = 0
+    sub_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def thread_id(self) -> str:
@@ -146,26 +150,52 @@ class Hub:
         raise Unavailable("the thread is being created and deleted concurrently")
 
     async def _load(self, thread_id: str) -> Channel:
-        if self.bus is not None:
-            try:
-                await self.bus.subscribe(thread_id)  # first, so nothing falls between
-            except Exception as exc:
-                raise Unavailable("the store is unavailable") from exc
-        try:
-            thread = await self.load_thread(thread_id)
-        except HubError:
-            if self.bus is not None:
-                with contextlib.suppress(Exception):
-                    await self.bus.unsubscribe(thread_id)
-            raise
+        thread = await self.load_thread(thread_id)
         channel = Channel(thread, frames=deque(maxlen=thread.log.maxlen))
         channel.frames.extend(Frame(e) for e in thread.log)
         channel.persisted_seq = thread.seq
-        if self.shared is not None:
-            channel.heard_at = time.monotonic()
-            channel.check_head = True  # anything appended between subscribe and load
-            self.shared.schedule(channel)
         return channel
+
+    # -- following other nodes (shared stores) --------------------------------------------------
+
+    async def follow(self, channel: Channel) -> None:
+        """Make sure the node hears the thread's appends from other nodes before a consumer
+        attaches: subscribe to its bus channel if nobody here did yet, then catch the copy up
+        from the store (what was appended before the subscription took). Subscriptions are
+        counted by consumer: the last one to leave ends it (see :meth:`detach`)."""
+        if self.bus is None or self.shared is None:
+            return
+        channel.joining += 1
+        try:
+            async with channel.sub_lock:
+                if channel.subscribed:
+                    return
+                try:
+                    await self.bus.subscribe(channel.thread_id)
+                except Exception as exc:
+                    raise Unavailable("the store is unavailable") from exc
+                channel.subscribed = True
+                channel.heard_at = time.monotonic()
+                await self.refresh(channel)
+        finally:
+            channel.joining -= 1
+
+    async def refresh(self, channel: Channel) -> None:
+        """Bring the node's copy up to the store's head (a no-op on node-local stores)."""
+        if self.shared is not None:
+            channel.check_head = True
+            await self.shared.follow(channel)
+
+    async def _unfollow(self, channel: Channel) -> None:
+        async with channel.sub_lock:
+            if channel.consumers or channel.joining or not channel.subscribed:
+                return
+            assert self.bus is not None
+            channel.subscribed = False
+            try:
+                await self.bus.unsubscribe(channel.thread_id)
+            except Exception as exc:  # the bus reconnect resubscribes only what is counted
+                log.warning("unsubscribing from thread %s failed: %s", channel.thread_id, exc)
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -220,7 +250,9 @@ class Hub:
     def _compact(self, channel: Channel) -> None:
         if channel.unsaved:
             channel.unsaved = 0
-            self._write(("record", channel.thread_id, pack(channel.thread.to_record())))
+            thread = channel.thread
+            position = (thread.seq, thread.epoch)
+            self._write(("record", thread.thread_id, (pack(thread.to_record()), position)))
 
     def _write(self, item: tuple[str, str, Any]) -> None:
         self._writes.put(item)
@@ -255,7 +287,7 @@ class Hub:
                 pending.setdefault(thread_id, []).extend(payload)
             else:
                 await drain()
-                await self._retry(self.store.save_record, thread_id, payload)
+                await self._retry(self.store.save_record, thread_id, *payload)
         await drain()
 
     async def _retry(self, fn: Any, *args: Any) -> None:
@@ -304,13 +336,9 @@ class Hub:
 
     def _maybe_unload(self, channel: Channel) -> None:
         """Forget a thread nobody uses whose every event is stored; it loads again on demand."""
-        in_use = channel.consumers or channel.producers or channel.unsaved
-        if not in_use and channel.persisted_seq == channel.thread.seq:
+        in_use = channel.consumers or channel.producers or channel.unsaved or channel.subscribed
+        if not in_use and not channel.joining and channel.persisted_seq == channel.thread.seq:
             self.channels.pop(channel.thread_id, None)
-            if self.bus is not None:
-                task = asyncio.create_task(self.bus.unsubscribe(channel.thread_id))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -355,10 +383,19 @@ class Hub:
 
     def detach(self, channel: Channel, outbox: Outbox) -> None:
         channel.consumers.discard(outbox)
+        if not channel.consumers and channel.subscribed:
+            task = asyncio.create_task(self._unfollow(channel))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def gauges(self) -> list[tuple[str, dict[str, str], float]]:
         gauges: list[tuple[str, dict[str, str], float]] = [
-            ("agui_hub_threads", {}, float(len(self.channels)))
+            ("agui_hub_threads", {}, float(len(self.channels))),
+            (
+                "agui_hub_bus_subscriptions",
+                {},
+                float(sum(1 for c in self.channels.values() if c.subscribed)),
+            ),
         ]
         consumers = 0
         for channel in self.channels.values():

@@ -1,7 +1,7 @@
 """Stores: where threads live between events and across restarts. One interface, many backends.
 
 A backend is chosen from a URL and imported only then: ``memory://``, ``sqlite:///path``,
-``redis://host:port/db``.
+``redis://host:port/db``, ``redis+cluster://host:port`` (any node of a Redis Cluster).
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ async def open_store(url: str, *, retention: int = 10_000) -> Store:
         elif path.startswith("//"):
             path = path[1:]
         return await SqliteStore.open(path or "agui-hub.db", retention=retention)
-    if scheme == "redis":
+    if scheme in ("redis", "redis+cluster"):
         from hub.store.redis import RedisStore
 
         return await RedisStore.open(url, retention=retention)
     raise ValueError(
-        f"unsupported store URL {url!r}: use memory://, sqlite:///PATH or redis://HOST:PORT/DB"
+        f"unsupported store URL {url!r}: use memory://, sqlite:///PATH, "
+        "redis://HOST:PORT/DB or redis+cluster://HOST:PORT"
     )

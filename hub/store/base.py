@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 Event = dict[str, Any]
+#: Where a record stands: (seq, epoch).
+Position = tuple[int, str]
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,14 @@ class Store(ABC):
         """Add sequenced events to the thread's log, keeping only the newest ``retention``."""
 
     @abstractmethod
-    async def save_record(self, thread_id: str, record: bytes) -> None:
-        """Replace the thread's compacted record (the log entries it covers may stay)."""
+    async def save_record(
+        self, thread_id: str, record: bytes, position: Position | None = None
+    ) -> None:
+        """Replace the thread's compacted record (the log entries it covers may stay).
+
+        ``position`` is the record's ``(seq, epoch)``. A shared store must ignore a record older
+        than the one it holds, or of another epoch (several nodes compact one thread); a
+        node-local store has one writer, whose records arrive in order, and may ignore it."""
 
     @abstractmethod
     async def thread_ids(self) -> list[str]:

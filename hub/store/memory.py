@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from hub.store.base import Event, Store, StoredThread
+from hub.store.base import Event, Position, Store, StoredThread
 
 
 class MemoryStore(Store):
@@ -26,7 +26,9 @@ class MemoryStore(Store):
     async def append(self, thread_id: str, events: list[Event]) -> None:
         self._logs[thread_id].extend(events)
 
-    async def save_record(self, thread_id: str, record: bytes) -> None:
+    async def save_record(
+        self, thread_id: str, record: bytes, position: Position | None = None
+    ) -> None:
         if thread_id not in self._records:
             raise KeyError(thread_id)
         self._records[thread_id] = record

@@ -7,8 +7,17 @@ cluster slot and one Lua script may touch them together:
 - ``agui:{THREAD}:log``: a Redis Stream holding the retained log. Each entry's id is
   ``SEQ-0`` (the event's seq) and its one field ``e`` holds the msgpack-packed event, so
   ``XRANGE`` by seq works and the stream's newest id is the thread's last stored seq.
+- ``agui:{THREAD}:meta``: a hash with the ``seq`` and ``epoch`` of the saved record, so a
+  record is only ever replaced by a newer one of the same epoch (two nodes compacting one
+  thread cannot put an older record over a newer).
 - ``agui:{THREAD}:events``: the pub/sub channel every append is published on, as one msgpack
   array of the appended events (the stream entries' bytes, concatenated under an array header).
+  On Redis Cluster (``redis+cluster://``) it is a shard channel (SPUBLISH/SSUBSCRIBE, Redis 7):
+  it lives on the node that owns the thread's slot, so pub/sub traffic scales with the shards
+  instead of being broadcast to every node of the cluster.
+
+Reads and creates are Lua scripts too, so a thread's record and log are read as of one moment,
+on a single Redis and on a cluster alike (a script's keys all hash to one slot).
 
 Appending is one Lua script: it checks that the events continue the stream with no gap and no
 overwrite, adds them with an exact ``MAXLEN`` of ``retention``, and publishes them, in one step.
@@ -26,12 +35,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterPubSub, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
 from redis.exceptions import RedisError
 
 from hub.errors import StoreConflict
-from hub.store.base import Bus, Event, Store, StoredThread, seq_of
+from hub.store.base import Bus, Event, Position, Store, StoredThread, seq_of
 from hub.wire.codec import pack, unpack
 
 log = logging.getLogger("agui_hub.redis")
@@ -117,82 +127,136 @@ end
 redis.call('PUBLISH', KEYS[3], header .. table.concat(packed))
 return {1, first + n - 1, m}
 """
+#: The same script for Redis Cluster: the channel is a shard channel of the thread's slot.
+APPEND_SHARDED = APPEND.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
 
 
-# KEYS: record, log. ARGV: record. Creates the thread only if it does not exist.
-CREATE_NEW = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
+# KEYS: record, log, meta. ARGV: record, epoch, only-if-new ('1' or '0'). Starts the thread
+# anew (an empty log, the record at seq 0); with only-if-new, only if it does not exist.
+CREATE = """
+if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('DEL', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[3], 'seq', 0, 'epoch', ARGV[2])
 return 1
+"""
+
+# KEYS: record, meta. ARGV: record, seq, epoch. Replaces the record only if it is newer than the
+# stored one, of the same epoch: 1 replaced, 0 stale (left as it is), -1 no such thread.
+SAVE_RECORD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -1
+end
+local held = redis.call('HMGET', KEYS[2], 'seq', 'epoch')
+if held[1] and (held[2] ~= ARGV[3] or tonumber(held[1]) >= tonumber(ARGV[2])) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'epoch', ARGV[3])
+return 1
+"""
+
+# KEYS: record, log. ARGV: first stream id. The record (or false) and the log from that id.
+READ = """
+local record = redis.call('GET', KEYS[1])
+if not record then
+  return {false, {}}
+end
+return {record, redis.call('XRANGE', KEYS[2], ARGV[1], '+')}
 """
 
 
 def thread_keys(thread_id: str) -> tuple[str, str, str]:
     """The record, log and channel names of a thread, all under the hash tag ``{thread_id}``."""
+    tag = _tag(thread_id)
+    return f"{tag}:record", f"{tag}:log", f"{tag}:events"
+
+
+def meta_key(thread_id: str) -> str:
+    return f"{_tag(thread_id)}:meta"
+
+
+def _tag(thread_id: str) -> str:
     if not thread_id or "{" in thread_id or "}" in thread_id:
         raise ValueError(f"a thread id must be non-empty and brace-free: {thread_id!r}")
-    tag = f"{PREFIX}{{{thread_id}}}"
-    return f"{tag}:record", f"{tag}:log", f"{tag}:events"
+    return f"{PREFIX}{{{thread_id}}}"
+
+
+def _epoch_of(record: bytes) -> str:
+    """The epoch a new thread's record names ('' if none: tests store bare records)."""
+    data = unpack(record)
+    epoch = data.get("epoch", "") if isinstance(data, dict) else ""
+    return str(epoch)
 
 
 class RedisStore(Store):
     shared = True
 
-    def __init__(self, client: Redis, *, retention: int = 10_000) -> None:
+    def __init__(
+        self, client: Redis | RedisCluster, *, retention: int = 10_000, sharded: bool = False
+    ) -> None:
         super().__init__(retention=retention)
         self.client = client
-        self._append = client.register_script(APPEND)
-        self._create_new = client.register_script(CREATE_NEW)
+        #: Redis Cluster: shard channels (SPUBLISH/SSUBSCRIBE) instead of global pub/sub.
+        self.sharded = sharded
+        self._append = client.register_script(APPEND_SHARDED if sharded else APPEND)
+        self._create = client.register_script(CREATE)
+        self._save = client.register_script(SAVE_RECORD)
+        self._read = client.register_script(READ)
         self._bus: RedisBus | None = None
+
+    @classmethod
+    async def open(cls, url: str, *, retention: int = 10_000) -> RedisStore:
+        """A store on ``redis://HOST:PORT/DB``, or on the Redis Cluster that the node at
+        ``redis+cluster://HOST:PORT`` belongs to (the client discovers the others). Connections
+        are made on first use, so a hub can start while Redis is down and report it through
+        ``ping``; a cluster client needs the cluster reachable at start."""
+        if url.startswith("redis+cluster://"):
+            node_url = "redis://" + url[len("redis+cluster://") :]
+            cluster = RedisCluster.from_url(node_url, **client_options())
+            await cluster.initialize()
+            return cls(cluster, retention=retention, sharded=True)
+        return cls(Redis.from_url(url, **client_options()), retention=retention)
 
     def bus(self) -> RedisBus:
         if self._bus is None:
-            self._bus = RedisBus(self.client)
+            self._bus = RedisBus(self.client, sharded=self.sharded)
         return self._bus
 
-    async def create_new(self, thread_id: str, record: bytes) -> bool:
+    async def _read_from(self, thread_id: str, first: str) -> tuple[bytes, list[Event]] | None:
         record_key, log_key, _ = thread_keys(thread_id)
-        return bool(await self._create_new(keys=[record_key, log_key], args=[record]))
+        record, entries = await self._read(keys=[record_key, log_key], args=[first])
+        if record is None:
+            return None
+        # A script returns a stream entry's fields as a flat list: [b"e", packed].
+        return bytes(record), [unpack(fields[1]) for _, fields in entries]
+
+    async def load(self, thread_id: str) -> StoredThread | None:
+        read = await self._read_from(thread_id, "-")
+        return None if read is None else StoredThread(*read)
 
     async def read_log(self, thread_id: str, after: int) -> list[Event] | None:
-        record_key, log_key, _ = thread_keys(thread_id)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.exists(record_key)
-            pipe.xrange(log_key, f"{after + 1}-0", "+")
-            exists, entries = await pipe.execute()
-        if not exists:
+        read = await self._read_from(thread_id, f"{after + 1}-0")
+        if read is None:
             return None
-        events = [unpack(fields[b"e"]) for _, fields in entries]
+        events = read[1]
         if events and seq_of(events[0]) != after + 1:
             return None  # trimmed: the log no longer reaches back that far
         return events
 
-    @classmethod
-    async def open(cls, url: str, *, retention: int = 10_000) -> RedisStore:
-        """A store on ``redis://HOST:PORT/DB``. Connections are made on first use, so a hub can
-        start while Redis is down and report it through ``ping``."""
-        client = Redis.from_url(url, **client_options())
-        return cls(client, retention=retention)
-
-    async def load(self, thread_id: str) -> StoredThread | None:
-        record_key, log_key, _ = thread_keys(thread_id)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.get(record_key)
-            pipe.xrange(log_key, "-", "+")
-            record, entries = await pipe.execute()
-        if record is None:
-            return None
-        return StoredThread(bytes(record), [unpack(fields[b"e"]) for _, fields in entries])
-
     async def create(self, thread_id: str, record: bytes) -> None:
+        await self._do_create(thread_id, record, only_if_new=False)
+
+    async def create_new(self, thread_id: str, record: bytes) -> bool:
+        return await self._do_create(thread_id, record, only_if_new=True)
+
+    async def _do_create(self, thread_id: str, record: bytes, *, only_if_new: bool) -> bool:
         record_key, log_key, _ = thread_keys(thread_id)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(log_key)
-            pipe.set(record_key, record)
-            await pipe.execute()
+        keys = [record_key, log_key, meta_key(thread_id)]
+        args: list[bytes | str] = [record, _epoch_of(record), "1" if only_if_new else "0"]
+        return bool(await self._create(keys=keys, args=args))
 
     async def append(self, thread_id: str, events: list[Event]) -> None:
         """Add events that continue the log, or raise :class:`StoreConflict` and change
@@ -213,10 +277,22 @@ class RedisStore(Store):
         if status == 0:
             raise StoreConflict(thread_id, int(expected), seq_of(events[int(index) - 1]))
 
-    async def save_record(self, thread_id: str, record: bytes) -> None:
-        record_key, _, _ = thread_keys(thread_id)
-        if not await self.client.set(record_key, record, xx=True):
+    async def save_record(
+        self, thread_id: str, record: bytes, position: Position | None = None
+    ) -> None:
+        """Replace the record; with its ``(seq, epoch)`` given, only if it is newer than the
+        stored one (several nodes compact one thread: an older record must not win)."""
+        record_key = thread_keys(thread_id)[0]
+        if position is None:
+            if not await self.client.set(record_key, record, xx=True):
+                raise KeyError(thread_id)
+            return
+        seq, epoch = position
+        status = await self._save(keys=[record_key, meta_key(thread_id)], args=[record, seq, epoch])
+        if status == -1:
             raise KeyError(thread_id)
+        if status == 0:
+            log.debug("kept the newer record of thread %s (offered seq %d)", thread_id, seq)
 
     async def thread_ids(self) -> list[str]:
         head, tail = len(PREFIX) + 1, len("}:record")
@@ -250,10 +326,12 @@ class _NotingPubSub(PubSub):
 
 
 class RedisBus(Bus):
-    """Redis pub/sub, one connection per node, channels counted by subscriber."""
+    """Redis pub/sub, channels counted by subscriber: one connection per node on a single
+    Redis; on a cluster, shard channels, one connection per cluster node that owns one."""
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis | RedisCluster, *, sharded: bool = False) -> None:
         self.client = client
+        self.sharded = sharded
         self._refs: dict[str, int] = {}
         self._threads: dict[bytes, str] = {}
         self._connections = 0
@@ -261,7 +339,35 @@ class RedisBus(Bus):
         self.pubsub = self._new_pubsub()
 
     def _new_pubsub(self) -> PubSub:
+        if isinstance(self.client, RedisCluster):
+            return self.client.pubsub()
         return _NotingPubSub(self.client.connection_pool, bus=self)
+
+    async def _listen(self, *channels: str) -> None:
+        if isinstance(self.pubsub, ClusterPubSub):
+            await self.pubsub.ssubscribe(*channels)
+        else:
+            await self.pubsub.subscribe(*channels)
+
+    async def _unlisten(self, channel: str) -> None:
+        if isinstance(self.pubsub, ClusterPubSub):
+            await self.pubsub.sunsubscribe(channel)
+        else:
+            await self._unlisten(channel)
+
+    async def _next(self) -> dict[str, Any] | None:
+        if isinstance(self.pubsub, ClusterPubSub):
+            return await self.pubsub.get_sharded_message(
+                ignore_subscribe_messages=True, timeout=1.0
+            )
+        message: dict[str, Any] | None
+        message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+        return message
+
+    @property
+    def channels(self) -> list[str]:
+        """The threads this node follows now."""
+        return sorted(self._refs)
 
     def _connected(self) -> None:
         self._connections += 1
@@ -272,7 +378,7 @@ class RedisBus(Bus):
         if not self._refs.get(thread_id):
             channel = thread_keys(thread_id)[2]
             self._threads[channel.encode()] = thread_id
-            await self.pubsub.subscribe(channel)  # counted only once it took
+            await self._listen(channel)  # counted only once it took
         self._refs[thread_id] = self._refs.get(thread_id, 0) + 1
 
     async def unsubscribe(self, thread_id: str) -> None:
@@ -303,7 +409,7 @@ class RedisBus(Bus):
                     reconnected()
                 continue
             try:
-                message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                message = await self._next()
             except Exception as exc:  # whatever it was, the reader must not die: start over
                 log.warning("lost the Redis bus (%s); reconnecting", exc)
                 broken = True
@@ -312,7 +418,7 @@ class RedisBus(Bus):
                 self._lost = False
                 log.warning("the Redis bus reconnected; catching up from the store")
                 reconnected()
-            if message is None or message.get("type") != "message":
+            if message is None or message.get("type") not in ("message", "smessage"):
                 continue
             thread_id = self._threads.get(bytes(message["channel"]))
             if thread_id is not None:
@@ -327,7 +433,7 @@ class RedisBus(Bus):
         try:
             channels = [thread_keys(thread_id)[2] for thread_id in self._refs]
             if channels:
-                await self.pubsub.subscribe(*channels)
+                await self._listen(*channels)
         except (RedisError, OSError):
             return False
         return True

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from hub.store.base import Event, Store, StoredThread, seq_of
+from hub.store.base import Event, Position, Store, StoredThread, seq_of
 from hub.wire.codec import pack, unpack
 
 T = TypeVar("T")
@@ -104,7 +104,9 @@ class SqliteStore(Store):
                 (thread_id, rows[-1][1] - self.retention),
             )
 
-    async def save_record(self, thread_id: str, record: bytes) -> None:
+    async def save_record(
+        self, thread_id: str, record: bytes, position: Position | None = None
+    ) -> None:
         await self._run(self._save_record, thread_id, record)
 
     def _save_record(self, thread_id: str, record: bytes) -> None:

@@ -174,3 +174,41 @@ async def test_consumers_of_a_killed_node_reconnect_elsewhere_and_converge(
         await watcher.wait_for_seq(40, TIMEOUT)
         assert watcher.reconnects >= 1
         assert_same(watcher, b.thread("t"))
+
+
+async def test_a_node_follows_a_thread_only_while_it_has_consumers_of_it(
+    redis_server: Any, nodes: Callable[..., list[HubProcess]]
+) -> None:
+    """Subscriptions are counted by consumer: the first one subscribes the node to the
+    thread's channel, the last one to leave ends it, and a consumer that comes back later
+    first catches the node up from the log (nothing was heard meanwhile)."""
+    import redis
+
+    a, b = nodes(2)
+    channel = "agui:{t}:events"
+
+    def subscribers() -> int:
+        with redis.Redis.from_url(redis_server.url) as client:
+            return int(dict(client.pubsub_numsub(channel))[channel.encode()])
+
+    async def settles(expected: int) -> None:
+        deadline = asyncio.get_running_loop().time() + TIMEOUT
+        while await asyncio.to_thread(subscribers) != expected:
+            assert asyncio.get_running_loop().time() < deadline, subscribers()
+            await asyncio.sleep(0.05)
+
+    agent = f"{a.ws}/v1/threads/t/agent"
+    await publish(agent, [delta("k0", 0)])  # a producer alone does not subscribe its node
+    await settles(0)
+    async with Consumer(f"{b.ws}/v1/threads/t") as one, Consumer(f"{b.ws}/v1/threads/t"):
+        await settles(1)  # two consumers, one subscription
+        assert b.metric("agui_hub_bus_subscriptions") == 1
+        await publish(agent, [delta("k1", 1)])
+        await one.wait_for_seq(2, TIMEOUT)
+    await settles(0)  # the last consumer left
+    assert b.metric("agui_hub_bus_subscriptions") == 0
+    await publish(agent, [delta(f"j{i}", i) for i in range(5)])  # b hears none of these
+    async with Consumer(f"{b.ws}/v1/threads/t") as again:
+        await again.wait_for_seq(7, TIMEOUT)
+        assert_same(again, await caught_up(a, "t", 7))
+        await settles(1)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from redis_support import RedisServer
+from redis_support import RedisClusterServers, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +23,20 @@ def redis_url(redis_server: RedisServer) -> str:
     with redis.Redis.from_url(redis_server.url) as client:
         client.flushdb()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A 3-master Redis Cluster of the tests' own on loopback ports."""
+    cluster = RedisClusterServers(3).start()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: RedisClusterServers) -> str:
+    """The ``redis+cluster://`` URL of the session's cluster, every master emptied."""
+    for server in redis_cluster.servers:
+        with redis.Redis.from_url(server.url) as client:
+            client.flushall()
+    return redis_cluster.url

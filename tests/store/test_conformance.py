@@ -22,13 +22,15 @@ def event(seq: int, **extra: object) -> dict[str, object]:
     }
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
 async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
     """Opens the backend under test; for durable backends a second open sees the same data."""
     opened: list[Store] = []
     memory: Store | None = None
     if request.param == "redis":  # a real redis-server of the tests' own, emptied per test
         url = request.getfixturevalue("redis_url")
+    elif request.param == "redis-cluster":  # a real 3-master Redis Cluster, emptied per test
+        url = request.getfixturevalue("redis_cluster_url")
     else:
         url = f"sqlite:///{tmp_path}/hub.db"
 
@@ -123,3 +125,20 @@ async def test_data_survives_reopening_on_durable_stores(opener: Opener) -> None
     second = await opener()
     stored = await second.load("t")
     assert stored is not None and unpack(stored.record) == {"v": 1} and len(stored.log) == 1
+
+
+async def test_a_shared_store_keeps_the_newer_record(opener: Opener) -> None:
+    """Several nodes compact one thread: an older record, or one of another epoch, saved after
+    a newer one must not replace it."""
+    store = await opener()
+    if not store.shared:
+        pytest.skip("a node-local store has one writer, whose records arrive in order")
+    await store.create("t", pack({"epoch": "e1", "seq": 0}))
+    await store.save_record("t", pack({"seq": 5}), (5, "e1"))
+    await store.save_record("t", pack({"seq": 3}), (3, "e1"))  # a slower node, older
+    await store.save_record("t", pack({"seq": 9}), (9, "e0"))  # a node still on a lost epoch
+    stored = await store.load("t")
+    assert stored is not None and unpack(stored.record) == {"seq": 5}
+    await store.save_record("t", pack({"seq": 6}), (6, "e1"))
+    stored = await store.load("t")
+    assert stored is not None and unpack(stored.record) == {"seq": 6}

@@ -124,3 +124,96 @@ ERROR_CODES: dict[str, str] = {
     "unavailable": "the store could not accept the event; retry",
     "internal": "a hub bug; the hub logged it",
 }
+
+
+# --- Tenancy, sessions and hostile input (issue 5) ---------------------------------------------
+
+
+class Unauthenticated(PeerError):
+    """No credentials, or credentials the hub cannot verify (forged, expired, not yet valid,
+    another audience or issuer, a refused algorithm, malformed claims)."""
+
+    code = "unauthenticated"
+    close_code = 4001
+
+
+class Forbidden(PeerError):
+    """Valid credentials that do not allow this: a missing scope, or a thread outside the
+    token's ``threads``. Never says whether the thread exists (for this or another tenant)."""
+
+    code = "forbidden"
+    close_code = 4003
+
+
+class LimitExceeded(PeerError):
+    """A configured limit was passed. ``code`` names the limit (see ``hub.limits``)."""
+
+    code = "limit_exceeded"
+    close_code = 1008
+    #: Close codes for limits that have a more specific one than 1008 (policy violation).
+    CLOSE_CODES: dict[str, int] = {
+        "frame_too_large": 1009,
+        "rate_limited": 4029,
+        "too_many_connections": 4029,
+    }
+
+    def __init__(self, code: str, message: str, *, limit: float | None = None) -> None:
+        super().__init__(message, code=code)
+        #: The configured value that was passed, for logs and metrics labels.
+        self.limit = limit
+        self.close_code = self.CLOSE_CODES.get(code, 1008)
+
+
+class SecretInState(PeerError):
+    """State with keys that look like secrets, refused because the hub is set to reject them."""
+
+    code = "secret_in_state"
+
+
+class ConfigError(HubError):
+    """The operator's settings cannot work (or are unsafe): raised at startup, never sent to a
+    peer."""
+
+    code = "bad_config"
+    close_code = 1011
+
+
+ERROR_CODES.update(
+    {
+        "unauthenticated": "no token, or one that does not verify (close 4001)",
+        "forbidden": "the token lacks the scope, or may not use the thread (close 4003)",
+        "frame_too_large": "a frame larger than the frame limit (close 1009)",
+        "state_too_large": "the state would grow past the state size limit",
+        "too_deep": "a value nests deeper than the depth limit",
+        "too_many_ops": "a patch with more operations than the limit",
+        "too_many_messages": "the thread holds as many messages as the limit allows",
+        "rate_limited": "more events per second than the connection or tenant may send (4029)",
+        "too_many_connections": "the tenant has as many connections as allowed (close 4029)",
+        "too_many_threads": "the tenant has as many threads as allowed",
+        "secret_in_state": "state keys that look like secrets, and the hub rejects them",
+        "bad_config": "startup only, never sent: the hub's settings cannot work or are unsafe",
+    }
+)
+
+
+# --- Handoff receipts (hub/receipts) -------------------------------------------------------------
+
+
+class InvalidReceipt(PeerError):
+    """A handoff receipt or action record that is not valid: an unknown field, a value over its
+    size limit, a reason outside the token vocabulary, a bad trace id, a time without a zone...
+    ``errors`` lists every problem found (with line numbers for NDJSON input); no message ever
+    echoes the refused value."""
+
+    code = "invalid_receipt"
+
+    def __init__(self, message: str, *, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.errors: list[str] = errors if errors is not None else [message]
+
+
+ERROR_CODES.update(
+    {
+        "invalid_receipt": "a handoff receipt or action record that is not valid; not stored",
+    }
+)

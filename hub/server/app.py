@@ -28,6 +28,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
+from hub.auth import ADMIN, READ, WRITE, bind_allowed, is_thread_id
 from hub.core.patch import check_patch
 from hub.errors import (
     BadPath,
@@ -36,9 +37,10 @@ from hub.errors import (
     MalformedPatch,
     PatchFailed,
     PeerError,
-    Unavailable,
 )
+from hub.limits import TokenBucket
 from hub.server.config import Config
+from hub.server.guard import Admission, Guard
 from hub.server.hub import Channel, Hub
 from hub.server.outbox import Outbox
 from hub.store import open_store
@@ -48,7 +50,7 @@ from hub.wire.events import parse_event
 
 log = logging.getLogger("agui_hub.server")
 
-THREAD_ID = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"
+THREAD_ID = r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}"  # no "..": checked by validate_thread_id
 CONSUMER_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})$")
 AGENT_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/agent$")
 #: Close code telling consumers the node is draining: reconnect elsewhere with ``since``.
@@ -62,6 +64,8 @@ class Route:
     thread_id: str
     since: int | None
     epoch: str | None
+    #: The query, one value per name (the first), for the token in ``access_token``.
+    query: dict[str, str]
 
 
 def route(path: str) -> Route:
@@ -70,10 +74,11 @@ def route(path: str) -> Route:
     query = parse_qs(parts.query)
     for pattern, role in ((CONSUMER_PATH, "consumer"), (AGENT_PATH, "agent")):
         match = pattern.match(parts.path)
-        if match:
+        if match and is_thread_id(match.group(1)):
             since = _int_param(query, "since")
             epoch = query.get("epoch", [None])[0]
-            return Route(role, match.group(1), since, epoch)
+            first = {name: values[0] for name, values in query.items()}
+            return Route(role, match.group(1), since, epoch, first)
     raise BadPath("no such endpoint")
 
 
@@ -98,6 +103,23 @@ def _json_response(status: HTTPStatus, body: Any) -> Response:
     return Response(status.value, status.phrase, headers, data)
 
 
+_HTTP_STATUS = {
+    "unauthenticated": HTTPStatus.UNAUTHORIZED,
+    "forbidden": HTTPStatus.FORBIDDEN,
+    "rate_limited": HTTPStatus.TOO_MANY_REQUESTS,
+    "too_many_connections": HTTPStatus.TOO_MANY_REQUESTS,
+    "too_many_threads": HTTPStatus.TOO_MANY_REQUESTS,
+    "unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+
+def _error_response(exc: HubError) -> Response:
+    status = _HTTP_STATUS.get(exc.code, HTTPStatus.BAD_REQUEST)
+    if not isinstance(exc, PeerError) and status is HTTPStatus.BAD_REQUEST:
+        status = HTTPStatus.INTERNAL_SERVER_ERROR
+    return _json_response(status, exc.as_value())
+
+
 def _text_response(status: HTTPStatus, text: str, content_type: str = "text/plain") -> Response:
     data = text.encode()
     headers = Headers(
@@ -115,6 +137,8 @@ class HubServer:
         self.server: Server | None = None
         self.producers = 0
         self.draining = False
+        self.guard = Guard(self.config, hub.metrics)
+        hub.on_unload = self.guard.forget_thread
 
     @classmethod
     async def create(cls, config: Config) -> HubServer:
@@ -124,6 +148,15 @@ class HubServer:
         return cls(hub)
 
     async def start(self) -> None:
+        bind_allowed(self.config.host, not self.guard.auth.is_open, self.config.insecure)
+        if self.guard.auth.is_open:
+            log.warning(
+                "no token key configured: the hub is open to anyone who can reach %s:%s "
+                "(every caller is tenant 'default'); configure --jwt-secret-file or "
+                "--jwt-public-key before exposing it",
+                self.config.host,
+                self.config.port,
+            )
         self.server = await serve(
             self.handler,
             self.config.host,
@@ -176,6 +209,10 @@ class HubServer:
                 return _json_response(HTTPStatus.NOT_FOUND, exc.as_value())
             if self.draining:
                 return _text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
+            if not self.guard.origin_allowed(request.headers):
+                return _json_response(
+                    HTTPStatus.FORBIDDEN, {"code": "bad_origin", "message": "origin not allowed"}
+                )
             return None
         if path == "/healthz":
             return _text_response(HTTPStatus.OK, "ok\n")
@@ -183,7 +220,13 @@ class HubServer:
             ready = not self.draining and self.hub.store_ok and await self.hub.store.ping()
             status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
             return _text_response(status, "ready\n" if ready else "not ready\n")
+        query = {k: v[0] for k, v in parse_qs(urlsplit(request.path).query).items()}
         if path == "/metrics":
+            if not self.guard.auth.is_open:
+                try:
+                    self.guard.authenticate(request.headers, query).require(ADMIN)
+                except PeerError as exc:
+                    return _error_response(exc)
             gauges = self.hub.gauges()
             gauges.append(("agui_hub_connections", {"role": "consumer"}, self._consumers()))
             gauges.append(("agui_hub_connections", {"role": "producer"}, float(self.producers)))
@@ -191,12 +234,18 @@ class HubServer:
                 HTTPStatus.OK, self.hub.metrics.render(gauges), "text/plain; version=0.0.4"
             )
         match = CONSUMER_PATH.match(path)
-        if match:
+        if match and is_thread_id(match.group(1)):
             try:
-                channel = await self.hub.channel(match.group(1))
+                admission = self.guard.admit(request.headers, query, match.group(1), READ)
+            except PeerError as exc:
+                return _error_response(exc)
+            try:
+                channel = await self.hub.channel(admission.key)
                 await self.hub.refresh(channel)
-            except Unavailable as exc:
-                return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, exc.as_value())
+            except HubError as exc:
+                return _error_response(exc)
+            finally:
+                self.guard.leave(admission)
             return _json_response(HTTPStatus.OK, channel.thread.view())
         return _json_response(
             HTTPStatus.NOT_FOUND, {"code": "not_found", "message": "no such path"}
@@ -211,21 +260,35 @@ class HubServer:
         encoding: Encoding = MSGPACK if ws.subprotocol == MSGPACK_SUBPROTOCOL else JSON
         assert ws.request is not None
         target = route(ws.request.path)
+        admission: Admission | None = None
         try:
-            channel = await self.hub.channel(target.thread_id)
+            scope = self.guard.scope_for(target.role)
+            admission = self.guard.admit(ws.request.headers, target.query, target.thread_id, scope)
+            channel = await self.hub.channel(admission.key)
             if target.role != "agent":
                 await self.hub.follow(channel)
         except HubError as exc:
-            await ws.send(encode(control.error(exc), encoding))
-            await ws.close(exc.close_code, exc.code)
+            if admission is not None:
+                self.guard.leave(admission)
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(encode(control.error(exc), encoding))
+                await ws.close(exc.close_code, exc.code)
             return
-        if target.role == "agent":
-            await self._agent(ws, channel, encoding)
-        else:
-            await self._consumer(ws, channel, target, encoding)
+        try:
+            if target.role == "agent":
+                await self._agent(ws, channel, admission, encoding)
+            else:
+                await self._consumer(ws, channel, admission, target, encoding)
+        finally:
+            self.guard.leave(admission)
 
     async def _consumer(
-        self, ws: ServerConnection, channel: Channel, target: Route, encoding: Encoding
+        self,
+        ws: ServerConnection,
+        channel: Channel,
+        admission: Admission,
+        target: Route,
+        encoding: Encoding,
     ) -> None:
         hub = self.hub
         ident = f"c{next(_ids)}"
@@ -249,10 +312,11 @@ class HubServer:
             hub.detach(channel, outbox)
             return
         outbox.start()
+        peer = _Peer(admission, self.guard.connection_bucket())
         try:
             async for message in ws:
                 try:
-                    await self._consumer_frame(channel, outbox, message)
+                    await self._consumer_frame(channel, outbox, peer, message)
                 except PeerError as exc:
                     hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
                     outbox.reply(Frame(control.error(exc)))
@@ -262,19 +326,26 @@ class HubServer:
             hub.detach(channel, outbox)
             await outbox.stop()
 
-    async def _consumer_frame(self, channel: Channel, outbox: Outbox, message: str | bytes) -> None:
-        command = control.parse_command(decode(message))
+    async def _consumer_frame(
+        self, channel: Channel, outbox: Outbox, peer: _Peer, message: str | bytes
+    ) -> None:
+        frame = decode(message)
+        self.guard.check_frame(frame)
+        command = control.parse_command(frame)
         if isinstance(command, control.Resync):
             outbox.repair(command.reason, command.holding)
         elif isinstance(command, control.Ack):
             outbox.acked = min(command.seq, channel.thread.seq)
         else:
+            peer.admission.principal.require(WRITE)
+            self.guard.rate(peer.bucket, peer.admission.principal.tenant)
             await self._consumer_publish(channel, outbox, command)
 
     async def _consumer_publish(
         self, channel: Channel, outbox: Outbox, command: control.Publish
     ) -> None:
         event, _ = parse_event(command.event)
+        self.guard.check_event(channel.thread, event)
         kind = event["type"]
         thread = channel.thread
         if kind == "STATE_DELTA":
@@ -296,7 +367,9 @@ class HubServer:
         outbox.reply(Frame(control.error(Conflict(f"edit rejected: {reason}"))))
         outbox.repair("conflict")
 
-    async def _agent(self, ws: ServerConnection, channel: Channel, encoding: Encoding) -> None:
+    async def _agent(
+        self, ws: ServerConnection, channel: Channel, admission: Admission, encoding: Encoding
+    ) -> None:
         hub = self.hub
         thread = channel.thread
         self.producers += 1
@@ -305,7 +378,7 @@ class HubServer:
             thread.thread_id, thread.seq, thread.epoch, self.config.node, input=thread.input()
         )
         await ws.send(encode(welcome, encoding))
-        state = _ProducerState(thread.seq)
+        state = _ProducerState(thread.seq, _Peer(admission, self.guard.connection_bucket()))
         acker = asyncio.create_task(self._ack_loop(ws, channel, state, encoding))
         try:
             async for message in ws:
@@ -342,7 +415,11 @@ class HubServer:
     ) -> HubError | None:
         hub = self.hub
         try:
-            event, warnings = parse_event(decode(message))
+            frame = decode(message)
+            self.guard.check_frame(frame)
+            self.guard.rate(state.peer.bucket, state.peer.admission.principal.tenant)
+            event, warnings = parse_event(frame)
+            self.guard.check_event(channel.thread, event)
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
             await hub.abort_run(channel, exc.message, "malformed_patch")
@@ -352,7 +429,7 @@ class HubServer:
             return exc
         if warnings:
             hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
-            log.warning("thread %s: %s", channel.thread_id, "; ".join(warnings))
+            log.warning("thread %s: %s", channel.key, "; ".join(warnings))
         outcome = await hub.publish(channel, event)
         if event["type"] == "RUN_STARTED" and outcome.error is None:
             state.runs.add(event["runId"])
@@ -372,8 +449,17 @@ class HubServer:
                 await ws.send(encode(control.ack(channel.persisted_seq, count), encoding))
 
 
+@dataclass
+class _Peer:
+    """Who is on a connection, and its share of the event rate."""
+
+    admission: Admission
+    bucket: TokenBucket
+
+
 class _ProducerState:
-    def __init__(self, seq: int) -> None:
+    def __init__(self, seq: int, peer: _Peer) -> None:
+        self.peer = peer
         self.frames = 0
         self.acked_frames = 0
         self.last_seq = seq

@@ -6,6 +6,10 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from hub.auth import AuthConfig
+from hub.limits import Limits
+from hub.secrets_scan import SecretPolicy
+
 
 def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -29,8 +33,6 @@ class Config:
     compact_every: int = 1000
     #: ...or this many seconds after its last change, whichever comes first.
     compact_seconds: float = 5.0
-    #: Largest frame accepted from any client.
-    max_frame: int = 1 << 20
     #: Seconds of silence after which an idle consumer gets ``hub.heartbeat`` with the position.
     heartbeat: float = 15.0
     #: Seconds a draining node waits for consumers to take their close frame.
@@ -41,3 +43,16 @@ class Config:
     test_drop_bus: float = 0.0
     #: Writes waiting for the store before producers are slowed down (backpressure).
     persist_queue: int = 10_000
+    #: How tokens are verified; None: open (every caller is tenant ``default``), which the
+    #: server allows only on a loopback address unless ``insecure``.
+    auth: AuthConfig | None = None
+    insecure: bool = False
+    #: Browser origins allowed besides the hub's own (``scheme://host[:port]``, or ``*``).
+    allowed_origins: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    secrets: SecretPolicy = field(default_factory=SecretPolicy)
+
+    @property
+    def max_frame(self) -> int:
+        """Largest frame accepted from any client."""
+        return self.limits.max_frame_bytes

@@ -15,6 +15,7 @@ import logging
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +42,18 @@ def new_epoch() -> str:
     return secrets.token_hex(8)
 
 
+def thread_name(key: str) -> str:
+    """The thread id clients know, from its store key ``tenant/thread``."""
+    return key.rpartition("/")[2]
+
+
 @dataclass(eq=False)
 class Channel:
     """A loaded thread, its consumers, and what is cached for them."""
 
     thread: Thread
+    #: The thread's name in the store and on the bus: ``tenant/thread`` (see hub.auth).
+    key: str
     consumers: set[Outbox] = field(default_factory=set)
     #: Recent live frames, parallel to ``thread.log``, so replays reuse their encodings.
     frames: deque[Frame] = field(default_factory=deque)
@@ -73,10 +81,6 @@ class Channel:
     joining: int = 0
     sub_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    @property
-    def thread_id(self) -> str:
-        return self.thread.thread_id
-
 
 class Hub:
     def __init__(self, store: Store, config: Config, metrics: Metrics | None = None) -> None:
@@ -91,6 +95,8 @@ class Hub:
         self.bus = store.bus()
         self._background: set[asyncio.Task[None]] = set()
         self.shared = SharedThreads(self) if store.shared else None
+        #: Called with a thread's key when it is unloaded (tenant thread counts).
+        self.on_unload: Callable[[str], None] = lambda key: None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -116,42 +122,43 @@ class Hub:
 
     # -- threads --------------------------------------------------------------------------------
 
-    async def channel(self, thread_id: str) -> Channel:
-        """The loaded thread, loading it from the store or creating it on first use."""
-        channel = self.channels.get(thread_id)
+    async def channel(self, key: str) -> Channel:
+        """The loaded thread ``key`` (``tenant/thread``), loading it from the store or creating
+        it on first use."""
+        channel = self.channels.get(key)
         if channel is not None:
             return channel
-        lock = self._loading.setdefault(thread_id, asyncio.Lock())
+        lock = self._loading.setdefault(key, asyncio.Lock())
         async with lock:
-            channel = self.channels.get(thread_id)
+            channel = self.channels.get(key)
             if channel is None:
-                channel = await self._load(thread_id)
-                self.channels[thread_id] = channel
-        self._loading.pop(thread_id, None)
+                channel = await self._load(key)
+                self.channels[key] = channel
+        self._loading.pop(key, None)
         return channel
 
-    async def load_thread(self, thread_id: str) -> Thread:
+    async def load_thread(self, key: str) -> Thread:
         """The thread as the store holds it, created (with a new epoch) if it has none."""
         retention = self.config.retention
         try:
             for _ in range(3):
-                stored = await self.store.load(thread_id)
+                stored = await self.store.load(key)
                 if stored is not None:
                     record = unpack(stored.record)
                     return Thread.from_record(record, stored.log, retention=retention)
-                thread = Thread(thread_id, new_epoch(), retention=retention)
-                if await self.store.create_new(thread_id, pack(thread.to_record())):
+                thread = Thread(thread_name(key), new_epoch(), retention=retention)
+                if await self.store.create_new(key, pack(thread.to_record())):
                     return thread
         except HubError:
             raise
         except Exception as exc:
-            log.exception("store failed loading thread %s", thread_id)
+            log.exception("store failed loading thread %s", key)
             raise Unavailable("the store is unavailable") from exc
         raise Unavailable("the thread is being created and deleted concurrently")
 
-    async def _load(self, thread_id: str) -> Channel:
-        thread = await self.load_thread(thread_id)
-        channel = Channel(thread, frames=deque(maxlen=thread.log.maxlen))
+    async def _load(self, key: str) -> Channel:
+        thread = await self.load_thread(key)
+        channel = Channel(thread, key, frames=deque(maxlen=thread.log.maxlen))
         channel.frames.extend(Frame(e) for e in thread.log)
         channel.persisted_seq = thread.seq
         return channel
@@ -171,7 +178,7 @@ class Hub:
                 if channel.subscribed:
                     return
                 try:
-                    await self.bus.subscribe(channel.thread_id)
+                    await self.bus.subscribe(channel.key)
                 except Exception as exc:
                     raise Unavailable("the store is unavailable") from exc
                 channel.subscribed = True
@@ -193,9 +200,9 @@ class Hub:
             assert self.bus is not None
             channel.subscribed = False
             try:
-                await self.bus.unsubscribe(channel.thread_id)
+                await self.bus.unsubscribe(channel.key)
             except Exception as exc:  # the bus reconnect resubscribes only what is counted
-                log.warning("unsubscribing from thread %s failed: %s", channel.thread_id, exc)
+                log.warning("unsubscribing from thread %s failed: %s", channel.key, exc)
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -231,7 +238,7 @@ class Hub:
         """Node-local store: fan out now, store in order behind."""
         if events:
             self.fan_out(channel, events)
-            self._write(("append", channel.thread_id, events))
+            self._write(("append", channel.key, events))
 
     def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
         """Committed events to every consumer of the thread on this node (never waits)."""
@@ -252,7 +259,7 @@ class Hub:
             channel.unsaved = 0
             thread = channel.thread
             position = (thread.seq, thread.epoch)
-            self._write(("record", thread.thread_id, (pack(thread.to_record()), position)))
+            self._write(("record", channel.key, (pack(thread.to_record()), position)))
 
     def _write(self, item: tuple[str, str, Any]) -> None:
         self._writes.put(item)
@@ -338,7 +345,8 @@ class Hub:
         """Forget a thread nobody uses whose every event is stored; it loads again on demand."""
         in_use = channel.consumers or channel.producers or channel.unsaved or channel.subscribed
         if not in_use and not channel.joining and channel.persisted_seq == channel.thread.seq:
-            self.channels.pop(channel.thread_id, None)
+            self.channels.pop(channel.key, None)
+            self.on_unload(channel.key)
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -404,7 +412,11 @@ class Hub:
                 gauges.append(
                     (
                         "agui_hub_consumer_lag",
-                        {"thread": channel.thread_id, "consumer": outbox.ident},
+                        {
+                            "tenant": channel.key.partition("/")[0],
+                            "thread": channel.thread.thread_id,
+                            "consumer": outbox.ident,
+                        },
                         float(channel.thread.seq - outbox.acked),
                     )
                 )

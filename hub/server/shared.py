@@ -63,7 +63,7 @@ class SharedThreads:
                 if not outcome.events:
                     return outcome
                 try:
-                    await self.store.append(channel.thread_id, outcome.events)
+                    await self.store.append(channel.key, outcome.events)
                 except StoreConflict:
                     self.metrics.inc("agui_hub_append_conflicts_total")
                     await self._reload(channel)
@@ -72,7 +72,7 @@ class SharedThreads:
                     await self._reload(channel)  # the log was lost: a new epoch
                     continue
                 except Exception as exc:
-                    log.warning("append to thread %s failed: %s", channel.thread_id, exc)
+                    log.warning("append to thread %s failed: %s", channel.key, exc)
                     await self._reload_or_keep(channel)
                     return Outcome(error=Unavailable("the store could not take the event"))
                 channel.persisted_seq = channel.thread.seq
@@ -146,9 +146,9 @@ class SharedThreads:
         """Fill a gap from the store's log; reload (and repair consumers) if it cannot."""
         thread = channel.thread
         try:
-            events = await self.store.read_log(channel.thread_id, thread.seq)
+            events = await self.store.read_log(channel.key, thread.seq)
         except Exception as exc:
-            log.warning("reading thread %s from the store failed: %s", channel.thread_id, exc)
+            log.warning("reading thread %s from the store failed: %s", channel.key, exc)
             return  # check_head stays set: the next check tries again
         channel.check_head = False
         if events is not None and all(
@@ -170,14 +170,14 @@ class SharedThreads:
             await self._reload(channel)
         except Exception:
             channel.stale = True  # reloaded before the next publish
-            log.warning("thread %s could not be reloaded yet", channel.thread_id)
+            log.warning("thread %s could not be reloaded yet", channel.key)
 
     async def _reload(self, channel: Channel) -> None:
         """Replace the node's copy with the store's, and bring local consumers along: the
         events they miss if the new log holds them, else a snapshot (gap or epoch_changed)."""
         committed = channel.persisted_seq
         old_epoch = channel.thread.epoch
-        fresh = await self.hub.load_thread(channel.thread_id)
+        fresh = await self.hub.load_thread(channel.key)
         channel.stale = False
         channel.inbox.clear()
         channel.thread = fresh

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 import msgpack
@@ -28,6 +29,9 @@ def encode(obj: Any, encoding: Encoding) -> str | bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def decode(data: str | bytes) -> dict[str, Any]:
     """Decode one frame: text is JSON, binary is msgpack. The result must be an object."""
     try:
@@ -44,6 +48,13 @@ def decode(data: str | bytes) -> dict[str, Any]:
         raise BadFrame("the frame nests too deeply") from None
     if not isinstance(obj, dict):
         raise BadFrame("a frame must hold one object")
+    if isinstance(data, str) and _SURROGATE.search(data):
+        # JSON may escape a lone UTF-16 surrogate ("\ud800"), which no UTF-8 text can hold:
+        # refuse it here rather than fail later, encoding the frame for everyone else.
+        try:
+            json.dumps(obj, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise BadFrame("the frame holds a lone UTF-16 surrogate (not valid Unicode)") from None
     return obj
 
 

@@ -185,7 +185,7 @@ async def test_a_node_follows_a_thread_only_while_it_has_consumers_of_it(
     import redis
 
     a, b = nodes(2)
-    channel = "agui:{t}:events"
+    channel = "agui:{default/t}:events"  # tenant/thread: open mode is tenant "default"
 
     def subscribers() -> int:
         with redis.Redis.from_url(redis_server.url) as client:

@@ -48,11 +48,12 @@ async def test_nodes_on_a_redis_cluster_share_threads_across_shards(
         with redis.Redis.from_url(cluster.servers[0].url) as client:
             ranges = client.execute_command("CLUSTER", "SLOTS")
         for thread in THREADS:
-            slot = key_slot(thread.encode())
+            key = f"default/{thread}"  # tenant/thread: an open hub's tenant is "default"
+            slot = key_slot(key.encode())
             port = next(int(r[2][1]) for r in ranges if int(r[0]) <= slot <= int(r[1]))
             with redis.Redis(host="127.0.0.1", port=port) as owner:
-                assert owner.exists(f"agui:{{{thread}}}:record", f"agui:{{{thread}}}:log") == 2
-                numsub = owner.execute_command("PUBSUB", "SHARDNUMSUB", f"agui:{{{thread}}}:events")
+                assert owner.exists(f"agui:{{{key}}}:record", f"agui:{{{key}}}:log") == 2
+                numsub = owner.execute_command("PUBSUB", "SHARDNUMSUB", f"agui:{{{key}}}:events")
                 assert numsub[1] == 1, (thread, numsub)
             holders[thread] = port
         assert sorted(holders) == sorted(THREADS)

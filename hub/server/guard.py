@@ -1,0 +1,226 @@
+"""The hub's perimeter: who may connect, to what, and how much they may send.
+
+One :class:`Guard` per server holds the pure pieces of :mod:`hub.auth`, :mod:`hub.limits` and
+:mod:`hub.secrets_scan` and applies them to connections and events. Every refusal is a
+:class:`~hub.errors.PeerError` with a stable code, counted in ``agui_hub_refused_total``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+
+from hub.auth import (
+    AGENT,
+    READ,
+    Authenticator,
+    Principal,
+    check_origin,
+    tenant_key,
+)
+from hub.core.thread import Thread
+from hub.errors import LimitExceeded, PeerError
+from hub.limits import TOO_MANY_MESSAGES, TokenBucket, check_rate, json_size
+from hub.server.config import Config
+from hub.server.metrics import Metrics
+
+log = logging.getLogger("agui_hub.guard")
+
+#: Events after which a thread's state size is measured again, whatever the bound says.
+REMEASURE = 1000
+
+#: Events that add a message to a thread.
+_NEW_MESSAGE = frozenset(
+    {
+        "TEXT_MESSAGE_START",
+        "TOOL_CALL_START",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "ACTIVITY_SNAPSHOT",
+        "TEXT_MESSAGE_CHUNK",
+        "TOOL_CALL_CHUNK",
+        "REASONING_MESSAGE_CHUNK",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A connection let in: who, and the tenant-namespaced key of its thread."""
+
+    principal: Principal
+    key: str
+
+
+class Guard:
+    def __init__(self, config: Config, metrics: Metrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        auth = config.auth
+        configured = auth is not None and auth.configured
+        self.auth = Authenticator(auth) if configured else Authenticator.open()
+        #: Per thread: (seq when measured, an upper bound of its state's JSON size).
+        self._sizes: weakref.WeakKeyDictionary[Thread, tuple[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.limits = config.limits
+        self.secrets = config.secrets
+        self.connections = self.limits.connection_counter()
+        self.threads = self.limits.thread_registry()
+        self.tenant_rates = self.limits.tenant_buckets()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def origin_allowed(self, headers: Mapping[str, str]) -> bool:
+        """Cross-site WebSocket hijacking: a browser's ``Origin`` must be this hub's own
+        (same host) or on the allowlist; clients that send none (not browsers) pass."""
+        origin = headers.get("Origin")
+        if origin is None:
+            return True
+        host = headers.get("Host")
+        same = [f"http://{host}", f"https://{host}"] if host else []
+        if check_origin(origin, (*same, *self.config.allowed_origins)):
+            return True
+        self.refused("bad_origin")
+        return False
+
+    def authenticate(self, headers: Mapping[str, str], query: Mapping[str, str]) -> Principal:
+        try:
+            return self.auth.authenticate(headers, query)
+        except PeerError as exc:
+            self.refused(exc.code)
+            raise
+
+    def admit(
+        self,
+        headers: Mapping[str, str],
+        query: Mapping[str, str],
+        thread_id: str,
+        scope: str,
+    ) -> Admission:
+        """Authenticate, check the scope and the token's threads, and count the connection
+        against its tenant (call :meth:`leave` when it ends)."""
+        principal = self.authenticate(headers, query)
+        try:
+            principal.require(scope)
+            principal.require_thread(thread_id)
+            key = tenant_key(principal.tenant, thread_id)
+            self.threads.add(principal.tenant, thread_id)
+            self.connections.acquire(principal.tenant)
+        except PeerError as exc:
+            self.refused(exc.code)
+            raise
+        return Admission(principal, key)
+
+    def leave(self, admission: Admission) -> None:
+        self.connections.release(admission.principal.tenant)
+
+    def forget_thread(self, key: str) -> None:
+        """A thread was unloaded: it no longer counts against its tenant on this node."""
+        tenant, _, thread_id = key.partition("/")
+        self.threads.discard(tenant, thread_id)
+
+    @staticmethod
+    def scope_for(role: str) -> str:
+        return AGENT if role == "agent" else READ
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def connection_bucket(self) -> TokenBucket:
+        return self.limits.connection_bucket()
+
+    def rate(self, bucket: TokenBucket, tenant: str) -> None:
+        """One event from a connection of ``tenant``, or ``rate_limited``."""
+        try:
+            check_rate(time.monotonic(), bucket, self.tenant_rates.get(tenant))
+        except PeerError as exc:
+            self.refused(exc.code)
+            raise
+
+    def check_frame(self, frame: dict[str, Any]) -> None:
+        """Before anything walks a decoded frame recursively: its nesting depth."""
+        try:
+            self.limits.check_value(frame)
+        except PeerError as exc:
+            self.refused(exc.code)
+            raise
+
+    def check_event(self, thread: Thread, event: dict[str, Any]) -> None:
+        """The limits and the secrets policy for one validated event about to be published to
+        ``thread``. Raises before anything changed."""
+        try:
+            self._check_event(thread, event)
+        except PeerError as exc:
+            self.refused(exc.code)
+            raise
+
+    def _check_event(self, thread: Thread, event: dict[str, Any]) -> None:
+        limits = self.limits
+        kind = event["type"]
+        if kind == "STATE_SNAPSHOT":
+            limits.check_state(event["snapshot"])
+            self._secrets(thread, self.secrets.check_state(event["snapshot"]))
+            self._sizes[thread] = (thread.seq, json_size(event["snapshot"]))
+        elif kind == "STATE_DELTA":
+            ops = event["delta"]
+            limits.check_patch(ops)
+            self._secrets(thread, self.secrets.check_patch(ops))
+            self._check_growth(thread, ops)
+        elif kind == "MESSAGES_SNAPSHOT":
+            limits.check_messages(len(event["messages"]))
+        elif (
+            kind in _NEW_MESSAGE
+            and len(thread.messages) >= limits.max_messages_per_thread
+            and not any(thread.messages.get(i) is not None for i in _message_ids(event))
+        ):
+            raise LimitExceeded(
+                TOO_MANY_MESSAGES,
+                f"a thread may hold at most {limits.max_messages_per_thread} messages",
+                limit=limits.max_messages_per_thread,
+            )
+
+    def _check_growth(self, thread: Thread, ops: list[dict[str, Any]]) -> None:
+        """The state size limit for a delta, without measuring the whole state each time: a
+        patch can grow the state by at most what its ops carry, so the hub keeps an upper
+        bound and measures exactly only when the bound passes the limit, or every
+        ``REMEASURE`` events (other nodes' deltas do not pass this node's guard)."""
+        limit = self.limits.max_state_bytes
+        measured = self._sizes.get(thread)
+        if measured is None or thread.seq - measured[0] > REMEASURE:
+            measured = (thread.seq, json_size(thread.state, stop_after=limit + 1))
+        bound = measured[1] + sum(json_size(op["value"]) for op in ops if "value" in op)
+        if bound > limit:
+            bound = self._patched_size(thread, ops)  # raises state_too_large
+        self._sizes[thread] = (measured[0], bound)
+
+    def _patched_size(self, thread: Thread, ops: list[dict[str, Any]]) -> int:
+        try:
+            patched = jsonpatch.apply_patch(thread.state, ops, in_place=False)
+        except Exception:
+            return json_size(thread.state)  # the core reports a patch that does not apply
+        self.limits.check_state(patched)
+        return json_size(patched)
+
+    def _secrets(self, thread: Thread, found: list[str]) -> None:
+        if found:
+            self.metrics.inc("agui_hub_secret_keys_total", len(found))
+            log.warning(
+                "thread %s: state keys that look like secrets: %s",
+                thread.thread_id,
+                ", ".join(found[:5]),
+            )
+
+    def refused(self, code: str) -> None:
+        self.metrics.inc("agui_hub_refused_total", code=code)
+
+
+def _message_ids(event: dict[str, Any]) -> list[str]:
+    """The messages an event may continue rather than add."""
+    ids = (event.get("messageId"), event.get("parentMessageId"))
+    return [i for i in ids if isinstance(i, str)]

@@ -1,17 +1,26 @@
-"""``agui-hub``: serve, demo, bench."""
+"""``agui-hub``: serve, demo, bench, token, receipts."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import ipaddress
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
 
+from hub.auth import SCOPES, AuthConfig, mint_token, parse_origin_allowlist, parse_scope_arg
+from hub.errors import ConfigError
+from hub.limits import Limits
+from hub.secrets_scan import SecretPolicy
 from hub.server.config import Config
+
+#: Where the HS256 secret may come from instead of a file (keeps it out of ``ps``).
+SECRET_ENV = "AGUI_HUB_JWT_SECRET"
 
 log = logging.getLogger("agui_hub")
 
@@ -30,6 +39,56 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         "--heartbeat", type=float, default=15.0, help="seconds of silence before hub.heartbeat"
     )
     parser.add_argument("--log-level", default="INFO")
+    auth = parser.add_argument_group("authentication (see README: Tenancy and security)")
+    auth.add_argument(
+        "--jwt-secret-file",
+        metavar="PATH",
+        help=f"HS256 secret (>= 32 bytes) from this file; or set ${SECRET_ENV}",
+    )
+    auth.add_argument(
+        "--jwt-public-key",
+        metavar="PEM",
+        action="append",
+        default=[],
+        help="RS256/ES256 public key file (repeat for key rotation)",
+    )
+    auth.add_argument("--jwt-audience", default=None, help="required 'aud' claim")
+    auth.add_argument("--jwt-issuer", default=None, help="required 'iss' claim")
+    auth.add_argument(
+        "--jwt-leeway", type=float, default=30.0, help="seconds of clock skew (default 30)"
+    )
+    auth.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow serving without tokens on a non-loopback address (never in production)",
+    )
+    auth.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="browser origin allowed besides the hub's own (scheme://host[:port], or *)",
+    )
+    auth.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"override a limit ({', '.join(f.name for f in fields(Limits))})",
+    )
+    auth.add_argument(
+        "--secrets",
+        choices=["off", "flag", "reject"],
+        default="flag",
+        help="state keys that look like secrets: ignore, flag (count and log), or reject",
+    )
+    auth.add_argument(
+        "--secret-pattern",
+        action="append",
+        default=[],
+        metavar="WORDS",
+        help="another key pattern that names a secret (e.g. session_key)",
+    )
     parser.add_argument(
         "--test-drop-bus",
         type=float,
@@ -48,10 +107,75 @@ def _config(args: argparse.Namespace) -> Config:
         slow_timeout=args.slow_timeout,
         heartbeat=args.heartbeat,
         test_drop_bus=args.test_drop_bus,
+        auth=_auth_config(args),
+        insecure=args.insecure,
+        allowed_origins=parse_origin_allowlist(args.allow_origin),
+        limits=_limits(args.limit),
+        secrets=SecretPolicy(
+            patterns=(*SecretPolicy().patterns, *args.secret_pattern), mode=args.secrets
+        ),
     )
     if args.node:
         config.node = args.node
     return config
+
+
+def _auth_config(args: argparse.Namespace) -> AuthConfig | None:
+    secret: str | None = os.environ.get(SECRET_ENV) or None
+    if args.jwt_secret_file:
+        secret = Path(args.jwt_secret_file).read_text().strip()
+    keys = tuple(Path(path).read_bytes() for path in args.jwt_public_key)
+    if secret is None and not keys:
+        return None
+    return AuthConfig(
+        hs256_secret=secret,
+        public_keys=keys,
+        audience=args.jwt_audience,
+        issuer=args.jwt_issuer,
+        leeway=args.jwt_leeway,
+    )
+
+
+def _limits(overrides: list[str]) -> Limits:
+    known = {f.name: f.type for f in fields(Limits)}
+    values: dict[str, float] = {}
+    for item in overrides:
+        name, _, value = item.partition("=")
+        if name not in known:
+            raise ConfigError(f"unknown limit {name!r}; known: {', '.join(known)}")
+        try:
+            values[name] = int(value) if known[name] in (int, "int") else float(value)
+        except ValueError:
+            raise ConfigError(f"limit {name} needs a number, got {value!r}") from None
+    return Limits(**values)  # type: ignore[arg-type]
+
+
+def _token(args: argparse.Namespace) -> int:
+    """Mint a token for development and tests."""
+    if args.private_key:
+        key: str | bytes = Path(args.private_key).read_bytes()
+    else:
+        secret = os.environ.get(SECRET_ENV)
+        if args.secret_file:
+            secret = Path(args.secret_file).read_text().strip()
+        if not secret:
+            raise ConfigError(f"give --secret-file, ${SECRET_ENV} or --private-key")
+        key = secret
+    threads = None if args.threads is None else [t for t in args.threads.split(",") if t]
+    print(
+        mint_token(
+            key,
+            args.alg,
+            args.tenant,
+            args.sub,
+            parse_scope_arg(args.scope),
+            threads,
+            ttl=args.ttl,
+            aud=args.aud,
+            iss=args.iss,
+        )
+    )
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,13 +187,42 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_options(demo, "sqlite:///agui-hub.db")
     demo.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     demo.add_argument("--interval", type=float, default=0.5, help="seconds between agent steps")
+    token = commands.add_parser("token", help="mint a bearer token (development and tests)")
+    token.add_argument("--tenant", required=True)
+    token.add_argument("--sub", required=True, help="who the token is for")
+    token.add_argument("--scope", required=True, help="comma-separated: " + ", ".join(SCOPES))
+    token.add_argument("--threads", default=None, help="comma-separated thread ids or globs")
+    token.add_argument("--ttl", type=float, default=3600.0, help="seconds (default 3600)")
+    token.add_argument("--alg", default="HS256", choices=["HS256", "RS256", "ES256"])
+    token.add_argument("--secret-file", default=None, help=f"HS256 secret; or ${SECRET_ENV}")
+    token.add_argument("--private-key", default=None, help="PEM private key for RS256/ES256")
+    token.add_argument("--aud", default=None)
+    token.add_argument("--iss", default=None)
+    commands.add_parser(
+        "receipts", help="handoff receipts: classify FILE --now TIME | import FILE --store URL"
+    )
     bench = commands.add_parser("bench", help="print benchmark figures")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["receipts"]:
+        from hub.receipts.cli import main as receipts_main
+
+        return receipts_main(argv[1:])
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except ConfigError as exc:
+        print(f"agui-hub: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "token":
+        return _token(args)
     if args.command == "bench":
         from hub.bench import main as bench_main
 
@@ -80,8 +233,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("websockets").setLevel(logging.WARNING)
     config = _config(args)
-    if not _is_loopback(config.host):
-        log.warning("binding %s: anyone who can reach it can read and write threads", config.host)
     try:
         if args.command == "demo":
             from hub.server.demo import run_demo
@@ -92,13 +243,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:

@@ -43,6 +43,7 @@ from hub.server.config import Config
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Channel, Hub
 from hub.server.outbox import Outbox
+from hub.server.static import serve_static
 from hub.store import open_store
 from hub.wire import control
 from hub.wire.codec import JSON, MSGPACK, MSGPACK_SUBPROTOCOL, Encoding, Frame, decode, encode
@@ -118,6 +119,11 @@ def _error_response(exc: HubError) -> Response:
     if not isinstance(exc, PeerError) and status is HTTPStatus.BAD_REQUEST:
         status = HTTPStatus.INTERNAL_SERVER_ERROR
     return _json_response(status, exc.as_value())
+
+
+def _redirect(location: str) -> Response:
+    headers = Headers([("Location", location), ("Content-Length", "0")])
+    return Response(HTTPStatus.FOUND.value, HTTPStatus.FOUND.phrase, headers, b"")
 
 
 def _text_response(status: HTTPStatus, text: str, content_type: str = "text/plain") -> Response:
@@ -216,6 +222,11 @@ class HubServer:
             return None
         if path == "/healthz":
             return _text_response(HTTPStatus.OK, "ok\n")
+        if path == "/demo":
+            return _redirect("/demo/")
+        static = serve_static(path)
+        if static is not None:
+            return static
         if path == "/readyz":
             ready = not self.draining and self.hub.store_ok and await self.hub.store.ping()
             status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE

@@ -217,3 +217,12 @@ ERROR_CODES.update(
         "invalid_receipt": "a handoff receipt or action record that is not valid; not stored",
     }
 )
+
+
+class BadSession(PeerError):
+    """A ``hub.session`` request, or a session dict, that does not fit the session shape."""
+
+    code = "bad_session"
+
+
+ERROR_CODES["bad_session"] = "a hub.session request or session dict that does not fit its shape"

@@ -72,8 +72,14 @@ class HubProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def get(self, path: str) -> tuple[int, str]:
+        return self.get_with(path, None)
+
+    def get_with(self, path: str, token: str | None) -> tuple[int, str]:
+        """GET with a bearer token (None: without)."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(self.http + path, headers=headers)
         try:
-            with urllib.request.urlopen(self.http + path, timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=5) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()

@@ -32,13 +32,16 @@ from hub.auth import ADMIN, READ, WRITE, bind_allowed, is_thread_id
 from hub.core.patch import check_patch
 from hub.errors import (
     BadPath,
+    BadSession,
     Conflict,
     HubError,
     MalformedPatch,
     PatchFailed,
     PeerError,
+    Unavailable,
 )
 from hub.limits import TokenBucket
+from hub.server import sessions
 from hub.server.config import Config
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Channel, Hub
@@ -385,8 +388,18 @@ class HubServer:
         thread = channel.thread
         self.producers += 1
         channel.producers += 1
+        try:
+            stored = await hub.store.load_session(channel.key)
+        except Exception:
+            log.exception("loading the session of thread %s failed", channel.key)
+            stored = None
         welcome = control.welcome(
-            thread.thread_id, thread.seq, thread.epoch, self.config.node, input=thread.input()
+            thread.thread_id,
+            thread.seq,
+            thread.epoch,
+            self.config.node,
+            input=thread.input(),
+            serviceSessionId=(stored or {}).get(sessions.SESSION_KEY),
         )
         await ws.send(encode(welcome, encoding))
         state = _ProducerState(thread.seq, _Peer(admission, self.guard.connection_bucket()))
@@ -398,6 +411,8 @@ class HubServer:
                 error = await self._agent_frame(channel, state, message)
                 if error is not None:
                     await ws.send(encode(control.error(error, frame=state.frames), encoding))
+                while state.replies:
+                    await ws.send(encode(state.replies.pop(0), encoding))
         except ConnectionClosed:
             pass
         finally:
@@ -429,13 +444,18 @@ class HubServer:
             frame = decode(message)
             self.guard.check_frame(frame)
             self.guard.rate(state.peer.bucket, state.peer.admission.principal.tenant)
+            if frame.get("type") == control.SESSION:
+                state.replies.append(
+                    control.custom(control.SESSION, await self._session(channel, frame))
+                )
+                return None
             event, warnings = parse_event(frame)
             self.guard.check_event(channel.thread, event)
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
             await hub.abort_run(channel, exc.message, "malformed_patch")
             return exc
-        except PeerError as exc:
+        except (PeerError, Unavailable) as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
             return exc
         if warnings:
@@ -445,6 +465,30 @@ class HubServer:
         if event["type"] == "RUN_STARTED" and outcome.error is None:
             state.runs.add(event["runId"])
         return outcome.error
+
+    async def _session(self, channel: Channel, frame: dict[str, Any]) -> dict[str, Any]:
+        """An agent's ``hub.session`` request (see hub.server.sessions)."""
+        store, op = self.hub.store, frame.get("op")
+        try:
+            if op == "set":
+                sid = sessions.service_id(frame.get("service_session_id"))
+                await store.save_session(channel.key, {sessions.SESSION_KEY: sid})
+            elif op == "import":
+                events, sid = sessions.parse_import(channel.thread, frame.get("session"))
+                for event in events:
+                    self.guard.check_event(channel.thread, event)
+                    outcome = await self.hub.publish(channel, event)
+                    if outcome.error is not None:
+                        raise outcome.error
+                await store.save_session(channel.key, {sessions.SESSION_KEY: sid})
+            elif op != "get":
+                raise BadSession("hub.session 'op' must be get, set or import")
+            stored = await store.load_session(channel.key)
+        except HubError:
+            raise
+        except Exception as exc:
+            raise Unavailable("the store is unavailable") from exc
+        return sessions.export_session(channel.thread, stored)
 
     async def _ack_loop(
         self, ws: ServerConnection, channel: Channel, state: _ProducerState, encoding: Encoding
@@ -471,6 +515,8 @@ class _Peer:
 class _ProducerState:
     def __init__(self, seq: int, peer: _Peer) -> None:
         self.peer = peer
+        #: Answers to send after the frame (hub.session).
+        self.replies: list[dict[str, Any]] = []
         self.frames = 0
         self.acked_frames = 0
         self.last_seq = seq

@@ -21,6 +21,8 @@ from hub.server.config import Config
 
 #: Where the HS256 secret may come from instead of a file (keeps it out of ``ps``).
 SECRET_ENV = "AGUI_HUB_JWT_SECRET"
+#: A bearer token for the commands that talk to a running hub.
+TOKEN_ENV = "AGUI_HUB_TOKEN"
 
 log = logging.getLogger("agui_hub")
 
@@ -201,6 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "receipts", help="handoff receipts: classify FILE --now TIME | import FILE --store URL"
     )
+    sessions = commands.add_parser(
+        "sessions", help="export or import a thread as an agent session (through a running hub)"
+    )
+    sessions.add_argument("action", choices=["export", "import"])
+    sessions.add_argument("target", help="export: the thread id; import: a session JSON file")
+    sessions.add_argument("--url", default="ws://127.0.0.1:8787", help="the hub's address")
+    sessions.add_argument(
+        "--token", default=None, help=f"a token with scope 'agent'; or ${TOKEN_ENV}"
+    )
     bench = commands.add_parser("bench", help="print benchmark figures")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     return parser
@@ -223,6 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "token":
         return _token(args)
+    if args.command == "sessions":
+        from hub.server.sessions import run_cli
+
+        token = args.token or os.environ.get(TOKEN_ENV)
+        return asyncio.run(run_cli(args.action, args.target, args.url, token))
     if args.command == "bench":
         from hub.bench import main as bench_main
 

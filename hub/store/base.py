@@ -80,6 +80,15 @@ class Store(ABC):
             return None
         return [e for e in stored.log if seq_of(e) > after]
 
+    @abstractmethod
+    async def load_session(self, thread_id: str) -> dict[str, Any] | None:
+        """The thread's agent-session data (server-side only: e.g. the service session id),
+        or None if none was saved."""
+
+    @abstractmethod
+    async def save_session(self, thread_id: str, session: dict[str, Any]) -> None:
+        """Replace the thread's agent-session data (a small msgpack-able dict)."""
+
     def bus(self) -> Bus | None:
         """Where other nodes' appends arrive, for shared stores; None otherwise."""
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from hub.store.base import Event, Position, Store, StoredThread
 
@@ -12,6 +13,7 @@ class MemoryStore(Store):
         super().__init__(retention=retention)
         self._records: dict[str, bytes] = {}
         self._logs: dict[str, deque[Event]] = {}
+        self._sessions: dict[str, dict[str, Any]] = {}
 
     async def load(self, thread_id: str) -> StoredThread | None:
         record = self._records.get(thread_id)
@@ -32,6 +34,13 @@ class MemoryStore(Store):
         if thread_id not in self._records:
             raise KeyError(thread_id)
         self._records[thread_id] = record
+
+    async def load_session(self, thread_id: str) -> dict[str, Any] | None:
+        session = self._sessions.get(thread_id)
+        return None if session is None else dict(session)
+
+    async def save_session(self, thread_id: str, session: dict[str, Any]) -> None:
+        self._sessions[thread_id] = dict(session)
 
     async def thread_ids(self) -> list[str]:
         return list(self._records)

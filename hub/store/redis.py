@@ -178,6 +178,10 @@ def meta_key(thread_id: str) -> str:
     return f"{_tag(thread_id)}:meta"
 
 
+def session_key(thread_id: str) -> str:
+    return f"{_tag(thread_id)}:session"
+
+
 def _tag(thread_id: str) -> str:
     if not thread_id or "{" in thread_id or "}" in thread_id:
         raise ValueError(f"a thread id must be non-empty and brace-free: {thread_id!r}")
@@ -293,6 +297,15 @@ class RedisStore(Store):
             raise KeyError(thread_id)
         if status == 0:
             log.debug("kept the newer record of thread %s (offered seq %d)", thread_id, seq)
+
+    async def load_session(self, thread_id: str) -> dict[str, Any] | None:
+        body = await self.client.get(session_key(thread_id))
+        if body is None:
+            return None
+        return dict(unpack(body.encode() if isinstance(body, str) else body))
+
+    async def save_session(self, thread_id: str, session: dict[str, Any]) -> None:
+        await self.client.set(session_key(thread_id), pack(session))
 
     async def thread_ids(self) -> list[str]:
         head, tail = len(PREFIX) + 1, len("}:record")

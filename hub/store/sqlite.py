@@ -23,6 +23,10 @@ CREATE TABLE IF NOT EXISTS threads (
     thread_id TEXT PRIMARY KEY,
     record BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sessions (
+    thread_id TEXT PRIMARY KEY,
+    body BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS events (
     thread_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -115,6 +119,23 @@ class SqliteStore(Store):
         )
         if cursor.rowcount != 1:
             raise KeyError(thread_id)
+
+    async def load_session(self, thread_id: str) -> dict[str, Any] | None:
+        row = await self._run(
+            lambda: self.db.execute(
+                "SELECT body FROM sessions WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+        )
+        return None if row is None else dict(unpack(bytes(row[0])))
+
+    async def save_session(self, thread_id: str, session: dict[str, Any]) -> None:
+        body = pack(session)
+        await self._run(
+            lambda: self.db.execute(
+                "INSERT OR REPLACE INTO sessions (thread_id, body) VALUES (?, ?)",
+                (thread_id, body),
+            )
+        )
 
     async def thread_ids(self) -> list[str]:
         rows: list[tuple[str]] = await self._run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hub.errors import HubError, PeerError, UnknownCommand
+from hub.errors import Forbidden, HubError, PeerError, UnknownCommand
 
 WELCOME = "hub.welcome"
 ERROR = "hub.error"
@@ -113,4 +113,6 @@ def parse_command(obj: dict[str, Any]) -> Command:
         if not isinstance(event, dict):
             raise PeerError("hub.publish needs an 'event' object")
         return Publish(base, event)
+    if kind == SESSION:
+        raise Forbidden("agent sessions are for agents: consumers cannot read or set them")
     raise UnknownCommand(f"unknown command type {str(kind)[:64]!r}")

@@ -142,3 +142,14 @@ async def test_a_shared_store_keeps_the_newer_record(opener: Opener) -> None:
     await store.save_record("t", pack({"seq": 6}), (6, "e1"))
     stored = await store.load("t")
     assert stored is not None and unpack(stored.record) == {"seq": 6}
+
+
+async def test_session_data_is_kept_per_thread(opener: Opener) -> None:
+    store = await opener()
+    assert await store.load_session("t") is None
+    await store.save_session("t", {"serviceSessionId": "conv_1"})
+    await store.save_session("u", {"serviceSessionId": "resp_2"})
+    await store.save_session("t", {"serviceSessionId": "conv_3"})
+    assert await store.load_session("t") == {"serviceSessionId": "conv_3"}
+    reopened = await opener()
+    assert await reopened.load_session("u") == {"serviceSessionId": "resp_2"}

@@ -8,6 +8,9 @@
 Figures 2-4 start a real hub (``agui-hub serve --store memory://``) on 127.0.0.1 and a free
 port in a subprocess, hold the consumers in separate worker processes, and stop every process
 they started by PID, also on error. ``--quick`` shrinks every size for a smoke run.
+
+``python -m hub.bench cluster`` measures two nodes sharing one Redis instead: see
+:mod:`hub.bench.cluster_report`.
 """
 
 from __future__ import annotations
@@ -255,13 +258,23 @@ def main(quick: bool = False, sizes: Sizes | None = None) -> int:
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hub.bench", description=__doc__)
+    """``python -m hub.bench [options]``, or ``python -m hub.bench cluster [options]``."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["cluster"]:
+        from hub.bench import cluster_report
+
+        return cluster_report.cli(args_list[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m hub.bench",
+        description=__doc__,
+        epilog="python -m hub.bench cluster [--quick] ...: two nodes on Redis (see --help there)",
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--consumers", type=int, help="consumers for figures 2-4")
     parser.add_argument("--processes", type=int, help="client processes holding them")
     parser.add_argument("--rate", type=float, action="append", help="offered events/s (repeat)")
     parser.add_argument("--seconds", type=float, help="how long the agent publishes")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     sizes = QUICK if args.quick else FULL
     if args.consumers is not None:
         sizes = replace(sizes, consumers=args.consumers)

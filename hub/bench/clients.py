@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import time
 from array import array
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 from urllib.parse import urlsplit
@@ -217,16 +218,29 @@ def fleet_main(conn: Connection, url: str, count: int, at_once: bool, timeout: f
         conn.close()
 
 
-class FleetProcess:
-    """The parent's handle on one fleet worker process."""
+#: A fleet worker's entry point: (pipe, url, count, at_once, timeout).
+FleetMain = Callable[[Connection, str, int, bool, float], None]
 
-    def __init__(self, url: str, count: int, *, at_once: bool, timeout: float) -> None:
+
+class FleetProcess:
+    """The parent's handle on one fleet worker process (``main``: what the worker runs)."""
+
+    def __init__(
+        self,
+        url: str,
+        count: int,
+        *,
+        at_once: bool,
+        timeout: float,
+        main: FleetMain = fleet_main,
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.timeout = timeout
         self.count = count
+        self.url = url
         self.process = ctx.Process(
-            target=fleet_main, args=(child, url, count, at_once, timeout), daemon=True
+            target=main, args=(child, url, count, at_once, timeout), daemon=True
         )
         self.process.start()
         child.close()
@@ -273,11 +287,23 @@ class Agent:
         self.ws = ws
         self.errors: list[str] = []
         self.acked_seq = 0
+        #: Frames sent, and frames the hub said it is done with (stored, or rejected).
+        self.sent = 0
+        self.acked_frames = 0
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
     async def open(cls, url: str) -> Agent:
-        ws = await ws_connect(url, proxy=None, compression=None, max_size=None, open_timeout=30)
+        # No keepalive pings: a hub that falls behind the agent (an overload figure) stops
+        # reading its socket, and the ping timeout would end the run instead of measuring it.
+        ws = await ws_connect(
+            url,
+            proxy=None,
+            compression=None,
+            max_size=None,
+            open_timeout=30,
+            ping_interval=None,
+        )
         welcome = json.loads(await asyncio.wait_for(ws.recv(), 30))
         assert welcome.get("name") == "hub.welcome", welcome
         return cls(ws)
@@ -290,9 +316,18 @@ class Agent:
                     self.errors.append(json.dumps(frame.get("value"))[:200])
                 elif frame.get("name") == "hub.ack":
                     self.acked_seq = int(frame["value"]["seq"])
+                    self.acked_frames = int(frame["value"].get("count", self.acked_frames))
 
     async def publish(self, event: dict[str, Any]) -> None:
+        self.sent += 1
         await self.ws.send(json.dumps(event, separators=(",", ":")))
+
+    async def wait_all_acked(self, timeout: float) -> bool:
+        """Wait until the hub is done with every frame sent so far (stored or rejected)."""
+        deadline = time.monotonic() + timeout
+        while self.acked_frames < self.sent and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.acked_frames >= self.sent
 
     async def wait_acked(self, seq: int, timeout: float) -> bool:
         """Wait until the hub acknowledged every event up to ``seq`` (it took them all)."""

@@ -54,11 +54,15 @@ def check_ready(readies: list[dict[str, Any]], expected: int) -> None:
         raise RuntimeError(f"only {joined} of {expected} consumers joined; errors: {errors[:3]}")
 
 
+#: Operations per seeding delta: well under the hub's default ``max_patch_ops`` (1000).
+SEED_OPS = 500
+
+
 async def seed_thread(agent: Agent, state: dict[str, Any], chunk_bytes: int = 256 << 10) -> int:
     """Publish ``state`` as a snapshot of its top level plus ``add`` deltas for ``items``.
 
-    Frames stay under the hub's 1 MiB frame limit. Returns the seq of the last event once the
-    hub has acknowledged every event.
+    Frames stay under the hub's 1 MiB frame limit and its patch size limit. Returns the seq of
+    the last event once the hub has acknowledged every event.
     """
     items = state.get("items", [])
     await agent.publish({"type": "STATE_SNAPSHOT", "snapshot": {**state, "items": []}})
@@ -68,15 +72,15 @@ async def seed_thread(agent: Agent, state: dict[str, Any], chunk_bytes: int = 25
     for item in items:
         ops.append({"op": "add", "path": "/items/-", "value": item})
         size += len(str(item))
-        if size >= chunk_bytes:
+        if size >= chunk_bytes or len(ops) >= SEED_OPS:
             await agent.publish({"type": "STATE_DELTA", "delta": ops})
             seq, ops, size = seq + 1, [], 0
     if ops:
         await agent.publish({"type": "STATE_DELTA", "delta": ops})
         seq += 1
-    if not await agent.wait_acked(seq, 60):
+    if not await agent.wait_all_acked(60):
         raise RuntimeError(f"the hub did not take the seed events: {agent.errors[:3]}")
-    if agent.errors:
+    if agent.errors or agent.acked_seq < seq:
         raise RuntimeError(f"the hub rejected seed events: {agent.errors[:3]}")
     return seq
 

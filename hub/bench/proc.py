@@ -1,7 +1,7 @@
 """A real hub node in a subprocess, and what the benchmark reads about it from outside.
 
-The hub runs as ``python -m hub.server.cli serve --store memory://`` on 127.0.0.1 and a free
-port. Its CPU time comes from ``/proc/PID/stat``, its resident memory from
+The hub runs as ``python -m hub.server.cli serve --store memory://`` (or another store URL) on
+127.0.0.1 and a free port. Its CPU time comes from ``/proc/PID/stat``, its resident memory from
 ``/proc/PID/status``, its counters from ``GET /metrics``. It is stopped by PID (SIGTERM, then
 SIGKILL after a grace period), always.
 """
@@ -69,7 +69,7 @@ def listen_overflows() -> int:
     return -1
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Linux: the hub gets SIGTERM if the bench dies, even by SIGKILL, so none is left behind."""
     with contextlib.suppress(Exception):
         import ctypes
@@ -77,11 +77,32 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-class HubProcess:
-    """``with HubProcess() as hub:`` starts a hub node and always stops it."""
+#: A benchmark is one tenant (no tokens, on loopback) with a thousand consumers and an agent
+#: publishing hundreds of events a second: the per-tenant limits a public deployment wants
+#: (hub.limits.Limits) would refuse it, so bench nodes lift just those.
+LOAD_TEST_LIMITS = (
+    "events_per_second=1e9",
+    "events_burst=1e9",
+    "tenant_events_per_second=1e9",
+    "tenant_events_burst=1e9",
+    "max_connections_per_tenant=1000000000",
+)
 
-    def __init__(self, *extra_args: str, start_timeout: float = 20.0) -> None:
-        self.extra_args = list(extra_args)
+
+class HubProcess:
+    """``with HubProcess() as hub:`` starts a hub node (load-test limits) and always stops
+    it."""
+
+    def __init__(
+        self,
+        *extra_args: str,
+        store: str = "memory://",
+        module: str = "hub.server.cli",
+        start_timeout: float = 20.0,
+    ) -> None:
+        self.extra_args = [*extra_args, *(f"--limit={limit}" for limit in LOAD_TEST_LIMITS)]
+        self.store = store
+        self.module = module  # runs as ``python -m MODULE serve ...``
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -113,14 +134,14 @@ class HubProcess:
         self.stop()
 
     def start(self) -> None:
-        args = [sys.executable, "-m", "hub.server.cli", "serve", "--store", "memory://"]
+        args = [sys.executable, "-m", self.module, "serve", "--store", self.store]
         args += ["--host", "127.0.0.1", "--port", "0", "--log-level", "WARNING"]
         self.proc = subprocess.Popen(
             args + self.extra_args,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + self.start_timeout
@@ -165,14 +186,27 @@ class HubProcess:
     def rss(self) -> int:
         return rss_bytes(self.pid)
 
-    def metrics(self) -> str:
+    def get(self, path: str) -> str:
+        """The body of ``GET path`` on the hub's port."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         try:
-            conn.request("GET", "/metrics")
+            conn.request("GET", path)
             response = conn.getresponse()
             return response.read().decode()
         finally:
             conn.close()
+
+    def metrics(self) -> str:
+        return self.get("/metrics")
+
+    def series(self, name: str) -> dict[str, float]:
+        """Every series of one metric in ``GET /metrics``, by its label text (``""``: none)."""
+        found: dict[str, float] = {}
+        for line in self.metrics().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                key, _, value = line.rpartition(" ")
+                found[key[len(name) :]] = float(value)
+        return found
 
     def counter(self, name: str, **labels: str) -> float:
         """One series of ``GET /metrics``, 0 if absent."""

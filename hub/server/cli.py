@@ -214,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench = commands.add_parser("bench", help="print benchmark figures")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    bench.add_argument(
+        "figures",
+        nargs=argparse.REMAINDER,
+        help="'cluster [options]': two nodes on Redis and a reconnect storm",
+    )
     return parser
 
 
@@ -240,9 +245,9 @@ def _run(args: argparse.Namespace) -> int:
         token = args.token or os.environ.get(TOKEN_ENV)
         return asyncio.run(run_cli(args.action, args.target, args.url, token))
     if args.command == "bench":
-        from hub.bench import main as bench_main
+        from hub.bench import cli as bench_cli
 
-        return bench_main(quick=args.quick)
+        return bench_cli([*args.figures, *(["--quick"] if args.quick else [])])
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

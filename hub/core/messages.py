@@ -198,10 +198,11 @@ class MessageLog:
         """Apply a patch to an activity's content (atomic; raises PatchFailed/MalformedPatch)."""
         ops, _ = check_patch(patch)
         message = self._by_id.get(message_id)
+        # A new activity is added only once its patch applied: a failed one changes nothing.
+        doc = Document({} if message is None else message["content"])
+        apply_patch(doc, ops)
         if message is None:
             message = self._append(
                 {"id": message_id, "role": "activity", "activityType": activity_type, "content": {}}
             )
-        doc = Document(message["content"])
-        apply_patch(doc, ops)
         message["content"] = doc.root

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hub.core.messages import MessageLog, reconcile
+from hub.errors import PatchFailed
 
 
 def m(mid: str, role: str = "assistant", content: str = "") -> dict[str, object]:
@@ -83,6 +86,20 @@ def test_activity_snapshot_and_delta() -> None:
         "role": "activity",
         "activityType": "progress",
         "content": {"pct": 50},
+    }
+
+
+def test_a_failed_activity_delta_on_a_new_activity_adds_nothing() -> None:
+    log = MessageLog()
+    with pytest.raises(PatchFailed):
+        log.activity_delta("a2", "progress", [{"op": "remove", "path": "/missing"}])
+    assert log.get("a2") is None and log.items == []
+    log.activity_delta("a2", "progress", [{"op": "add", "path": "/pct", "value": 5}])
+    assert log.get("a2") == {
+        "id": "a2",
+        "role": "activity",
+        "activityType": "progress",
+        "content": {"pct": 5},
     }
 
 

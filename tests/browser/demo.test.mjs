@@ -1,0 +1,444 @@
+// The demo pages in a real browser: Debian's Chromium, headless, driven by playwright-core (which
+// never downloads a browser). Run through pytest (tests/browser/test_demo_pages.py), which starts
+// `agui-hub demo` and passes:
+//
+//   AGUI_HUB_URL          http://127.0.0.1:PORT of the hub (the demo agent writes thread `demo`)
+//   AGUI_BOARD_FIXTURE    a JSON file: an operator board (hub/receipts/board.py's shape)
+//   AGUI_ARTIFACTS        where screenshots go (default: test-artifacts/screenshots)
+//   AGUI_README_SCREENSHOT  if set, the document page's screenshot is also written there
+//   CHROMIUM              the browser (default /usr/bin/chromium)
+//
+// The tests run in order and share one browser and three tabs: A and B on the document, C on the
+// dashboard. Every check of a tab's copy compares it with GET /v1/threads/demo at the same seq.
+
+import assert from "node:assert/strict";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { chromium } from "playwright-core";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ROOT = resolve(HERE, "../..");
+const HUB = process.env.AGUI_HUB_URL;
+const ARTIFACTS = process.env.AGUI_ARTIFACTS ?? join(ROOT, "test-artifacts", "screenshots");
+const README_SHOT = process.env.AGUI_README_SCREENSHOT ?? null;
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const BOARD_THREAD = "ops-sample";
+const VIEWPORT = { width: 1280, height: 860 };
+const HOSTILE = '<img src="x" onerror="window.__pwned = 1"><b>not bold</b>';
+
+if (!HUB) throw new Error("AGUI_HUB_URL is not set: run these tests through pytest tests/browser");
+
+let context;
+let profile;
+const tabs = {};
+/** Console errors and page errors of every tab (CSP violations show up here). */
+const problems = [];
+
+// -- helpers ------------------------------------------------------------------------------------
+
+async function getJson(path) {
+  const response = await fetch(HUB + path);
+  assert.equal(response.status, 200, `GET ${path}`);
+  return response.json();
+}
+
+async function metric(name, labels) {
+  const text = await (await fetch(`${HUB}/metrics`)).text();
+  const series = `${name}{${Object.entries(labels)
+    .map(([k, v]) => `${k}="${v}"`)
+    .join(",")}}`;
+  const line = text.split("\n").find((l) => l.startsWith(series + " "));
+  return line === undefined ? 0 : Number(line.split(" ").pop());
+}
+
+/** Poll `fn(arg)` in the page until it returns something truthy (no waitForFunction: the CSP). */
+async function until(page, fn, arg, { timeout = 10_000, what = "condition" } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    last = await page.evaluate(fn, arg);
+    if (last) return last;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function openTab(name, path) {
+  const page =
+    name === "A" && context.pages().length === 1 && context.pages()[0].url() === "about:blank"
+      ? context.pages()[0]
+      : await context.newPage();
+  await page.setViewportSize(VIEWPORT);
+  page.on("console", (m) => {
+    // A socket refused while the tab is offline is expected; anything else is a problem.
+    if (m.type() === "error" && !/WebSocket connection .* failed/.test(m.text())) problems.push(`${name}: ${m.text()}`);
+  });
+  page.on("pageerror", (e) => problems.push(`${name}: page error: ${e.message}`));
+  await page.goto(HUB + path);
+  await until(page, () => window.__hub?.client?.status === "open" && window.__hub.client.inSync, null, {
+    what: `${path} to join`,
+  });
+  tabs[name] = page;
+  return page;
+}
+
+/** What the page mirrors: `{seq, inSync, resyncs, snapshots, ...}` from its HubClient. */
+function client(page) {
+  return page.evaluate(() => {
+    const c = window.__hub.client;
+    return {
+      seq: c.seq,
+      status: c.status,
+      inSync: c.inSync,
+      resyncs: { ...c.resyncs },
+      snapshots: { ...c.snapshots },
+      reconnects: c.reconnects,
+      closeCodes: [...c.closeCodes],
+      connections: window.__hub.connections.map((x) => ({ ...x })),
+    };
+  });
+}
+
+/** The status bar's count of snapshots for `cause`, as the page shows it. */
+function shownResyncs(page, cause) {
+  return page.evaluate((c) => Number(document.querySelector(`[data-testid="resync-${c}"]`).dataset.count), cause);
+}
+
+/**
+ * Every page holds exactly the hub's state and messages at one same seq: GET the thread, wait
+ * until each page has reached that seq, and compare what each held there (its history keeps the
+ * dump of every seq it applied; a page that jumped over that seq by a snapshot is retried at the
+ * next one). Also checks each page's <pre> dump is the state it held at the dump's seq.
+ */
+async function assertConverged(pages, { timeout = 15_000 } = {}) {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const hub = await getJson("/v1/threads/demo");
+    const held = [];
+    for (const page of pages) {
+      await until(page, (s) => window.__hub.client.inSync && window.__hub.client.seq >= s, hub.seq, {
+        what: `seq ${hub.seq}`,
+      });
+      held.push(await page.evaluate((s) => window.__hub.history.get(s) ?? null, hub.seq));
+    }
+    if (held.every((h) => h !== null)) {
+      for (const [i, h] of held.entries()) {
+        assert.deepEqual(JSON.parse(h), { state: hub.state, messages: hub.messages }, `tab ${i} at seq ${hub.seq}`);
+      }
+      for (const page of pages) {
+        const dump = await page.evaluate(() => {
+          const pre = document.querySelector('[data-testid="state-json"]');
+          const seq = Number(pre.dataset.seq);
+          return { seq, text: pre.textContent, held: window.__hub.history.get(seq) ?? null };
+        });
+        if (dump.held !== null) assert.deepEqual(JSON.parse(dump.text), JSON.parse(dump.held).state);
+      }
+      return hub;
+    }
+    if (Date.now() > deadline) throw new Error(`pages never held seq ${hub.seq} together`);
+  }
+}
+
+async function shot(page, name, { fullPage = false } = {}) {
+  const path = join(ARTIFACTS, `${name}.png`);
+  await page.screenshot({ path, fullPage });
+  return path;
+}
+
+// -- the browser --------------------------------------------------------------------------------
+
+before(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  profile = mkdtempSync(join(tmpdir(), "agui-hub-chromium-"));
+  // A persistent context is how Playwright takes a user data dir: a fresh one per run.
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: VIEWPORT,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+});
+
+after(async () => {
+  await context?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+// -- the tests ----------------------------------------------------------------------------------
+
+test("three tabs watching the demo agent converge to the hub's state", async () => {
+  const a = await openTab("A", "/demo/doc.html");
+  await openTab("B", "/demo/doc.html");
+  const c = await openTab("C", "/demo/dashboard.html");
+  const first = await assertConverged([tabs.A, tabs.B, tabs.C]);
+  // The chart follows the series as deltas arrive.
+  const chartAt = () =>
+    c.evaluate(() => ({
+      values: document.querySelector('[data-testid="chart"]').dataset.values,
+      series: JSON.stringify(window.__hub.client.state.series),
+    }));
+  const before = await chartAt();
+  assert.equal(before.values, JSON.parse(before.series).join(","));
+  await until(c, (v) => document.querySelector('[data-testid="chart"]').dataset.values !== v, before.values, {
+    what: "the chart to move",
+  });
+  const moved = await chartAt();
+  assert.equal(moved.values, JSON.parse(moved.series).join(","));
+  const second = await assertConverged([tabs.A, tabs.B, tabs.C]);
+  assert.ok(second.seq > first.seq, "the agent kept writing");
+  // Each tab joined once, with no repair.
+  for (const page of [a, tabs.B, c]) {
+    const held = await client(page);
+    assert.deepEqual(held.snapshots, { join: 1 });
+    assert.deepEqual(held.resyncs, {});
+    assert.equal(await shownResyncs(page, "join"), 1);
+  }
+  await shot(c, "dashboard");
+  const index = await context.newPage();
+  await index.setViewportSize(VIEWPORT);
+  await index.goto(`${HUB}/demo/`);
+  await until(index, () => window.__hub?.client?.inSync && window.__hub.client.seq > 0, null, {
+    what: "the index page",
+  });
+  assert.match(await index.textContent('[data-testid="summary"]'), /section\(s\)/);
+  await shot(index, "index");
+  await index.close();
+});
+
+test("a tab whose copy is corrupted detects the failed patch and recovers through a snapshot", async () => {
+  const c = tabs.C;
+  const hubBefore = await metric("agui_hub_resyncs_total", { cause: "patch_failed" });
+  // The agent appends to /series in every delta: with /series a string, the next one fails.
+  await c.evaluate(() => window.__hub.client.mirror.corrupt("/series", "corrupted"));
+  await until(c, () => window.__hub.client.snapshots.patch_failed === 1 && window.__hub.client.inSync, null, {
+    what: "the repair snapshot",
+  });
+  const held = await client(c);
+  assert.deepEqual(held.resyncs, { patch_failed: 1 }, "it asked once, with hub.resync patch_failed");
+  assert.equal(await shownResyncs(c, "patch_failed"), 1, "and its status bar says so");
+  assert.equal(await metric("agui_hub_resyncs_total", { cause: "patch_failed" }), hubBefore + 1);
+  for (const page of [tabs.A, tabs.B]) {
+    assert.deepEqual((await client(page)).resyncs, {}, "the other tabs noticed nothing");
+    assert.equal(await shownResyncs(page, "patch_failed"), 0);
+  }
+  await assertConverged([tabs.A, tabs.B, c]);
+  assert.ok(await c.evaluate(() => Array.isArray(window.__hub.client.state.series)));
+  await shot(c, "dashboard-repaired");
+});
+
+test("a tab that goes offline and comes back resumes with since and gets a replay", async () => {
+  const b = tabs.B;
+  const joinsBefore = await metric("agui_hub_resyncs_total", { cause: "join" });
+  const start = await client(b);
+  const cdp = await context.newCDPSession(b);
+  await cdp.send("Network.enable");
+  const network = (offline) =>
+    cdp.send("Network.emulateNetworkConditions", { offline, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
+  await network(true);
+  // The socket is dropped as a network failure would drop it; nothing reaches the tab meanwhile.
+  await b.evaluate(() => window.__hub.client.disconnect());
+  const away = await client(b);
+  const hubAway = (await getJson("/v1/threads/demo")).seq;
+  await new Promise((r) => setTimeout(r, 1500));
+  const hubLater = (await getJson("/v1/threads/demo")).seq;
+  assert.ok(hubLater > hubAway, "the agent wrote while the tab was away");
+  await network(false);
+  await until(
+    b,
+    (n) => window.__hub.client.reconnects === n + 1 && window.__hub.client.status === "open",
+    start.reconnects,
+    {
+      what: "the reconnect",
+    },
+  );
+  const hub = await assertConverged([tabs.A, b, tabs.C]);
+  const back = await client(b);
+  const resumed = back.connections[back.connections.length - 1];
+  assert.equal(resumed.resumed, true, "the hub resumed the connection from the tab's position");
+  assert.equal(resumed.since, away.seq, "it asked to resume from where it was cut off");
+  assert.ok(resumed.head >= hubLater, "and the hub had the events written meanwhile to replay");
+  assert.deepEqual(back.snapshots, start.snapshots, "no snapshot: a replay, not a new join");
+  assert.equal(await metric("agui_hub_resyncs_total", { cause: "join" }), joinsBefore, "no join on the hub either");
+  // The replay is every event after `since`, applied one by one.
+  const seqs = await b.evaluate(
+    ([from, to]) => {
+      const missing = [];
+      for (let s = from + 1; s <= to; s++) if (!window.__hub.history.has(s)) missing.push(s);
+      return missing;
+    },
+    [resumed.since, Math.min(resumed.head, hub.seq)],
+  );
+  assert.deepEqual(seqs, [], "every replayed seq was applied");
+  assert.match(await b.textContent('[data-testid="resumed"]'), /resumed from seq \d+, replayed \d+/);
+  await cdp.detach();
+});
+
+test("two tabs editing the same field: one wins, the other sees a visible conflict and converges", async () => {
+  const a = tabs.A;
+  const b = tabs.B;
+  const title = '[data-testid="doc-title"]';
+  const original = await a.inputValue(title);
+  assert.equal(await b.inputValue(title), original);
+  const mine = { A: "Release notes, as tab A has it", B: "Release notes, as tab B has it" };
+  // Both start from the same value, then save at the same moment.
+  await a.fill(title, mine.A);
+  await b.fill(title, mine.B);
+  await Promise.all([a.press(title, "Enter"), b.press(title, "Enter")]);
+  const outcome = async (page) =>
+    until(
+      page,
+      (sel) => {
+        const o = document.querySelector(sel).dataset.lastOutcome;
+        return o && o !== "pending" ? o : null;
+      },
+      title,
+      { what: "the hub's answer" },
+    );
+  const outcomes = { A: await outcome(a), B: await outcome(b) };
+  assert.deepEqual(Object.values(outcomes).sort(), ["acked", "conflict"], JSON.stringify(outcomes));
+  const winner = outcomes.A === "acked" ? "A" : "B";
+  const loser = winner === "A" ? "B" : "A";
+  // Everyone ends with the winner's title: both tabs and the hub.
+  for (const page of [a, b]) {
+    await until(page, ([sel, v]) => document.querySelector(sel).value === v, [title, mine[winner]], {
+      what: "the winner's title",
+    });
+  }
+  const hub = await assertConverged([a, b, tabs.C]);
+  assert.equal(hub.state.title, mine[winner]);
+  // The loser is told, in the page, what happened and what won; the winner is not.
+  const notices = (page) => page.$$eval('[data-testid="conflict-notice"]', (n) => n.map((x) => x.textContent));
+  const lost = await notices(tabs[loser]);
+  assert.equal(lost.length, 1, "one conflict notice");
+  assert.ok(lost[0].includes(mine[loser]) && lost[0].includes(mine[winner]), lost[0]);
+  assert.ok(await tabs[loser].isVisible('[data-testid="conflict-notice"]'));
+  assert.deepEqual(await notices(tabs[winner]), []);
+  assert.equal((await client(tabs[loser])).snapshots.conflict, 1, "the loser was repaired with a snapshot");
+  assert.equal(await shownResyncs(tabs[loser], "conflict"), 1);
+  assert.equal((await client(tabs[winner])).snapshots.conflict, undefined);
+  const path = await shot(tabs[loser], "doc-conflict");
+  if (README_SHOT) copyFileSync(path, README_SHOT);
+  await shot(tabs[loser], "doc-full", { fullPage: true });
+});
+
+test("a section edited in one tab shows in the other; state is rendered as text, never as markup", async () => {
+  const a = tabs.A;
+  const b = tabs.B;
+  // A person edits the newest section's text in tab A and leaves the field: it is saved.
+  const id = await a.evaluate(() => window.__hub.client.state.sections.at(-1).id);
+  const text = `[data-section-id="${id}"] [data-testid="section-text"]`;
+  await a.fill(text, `Rewritten in tab A. ${HOSTILE}`);
+  await a.click('[data-testid="doc-title"]'); // blur: the change is committed
+  await until(a, (sel) => document.querySelector(sel).dataset.lastOutcome === "acked", text, { what: "the save" });
+  await until(b, ([sel, v]) => document.querySelector(sel)?.value === v, [text, `Rewritten in tab A. ${HOSTILE}`], {
+    what: "tab B to show the edit",
+  });
+  assert.equal(await b.textContent(`[data-section-id="${id}"] [data-testid="section-by"]`), "by a person");
+  // Anyone allowed to publish can put markup in the state: it is shown as text everywhere.
+  const outcome = await a.evaluate(
+    async ([hostile, sid]) => {
+      const c = window.__hub.client;
+      const i = c.state.sections.findIndex((s) => s.id === sid);
+      return c.publish([{ op: "replace", path: `/sections/${i}/by`, value: hostile }], {
+        test: { [`/sections/${i}/id`]: sid },
+      });
+    },
+    [HOSTILE, id],
+  );
+  assert.equal(outcome.status, "acked", JSON.stringify(outcome));
+  for (const page of [a, b]) {
+    await until(
+      page,
+      ([sel, h]) => document.querySelector(sel)?.textContent === `by ${h}`,
+      [`[data-section-id="${id}"] [data-testid="section-by"]`, HOSTILE],
+      {
+        what: "the markup, shown as text",
+      },
+    );
+    assert.equal(await page.evaluate(() => document.querySelectorAll("main img, main b").length), 0);
+    assert.ok((await page.textContent('[data-testid="state-json"]')).includes("<img"));
+    assert.equal(await page.evaluate(() => window.__pwned), undefined);
+  }
+  await assertConverged([a, b, tabs.C]);
+});
+
+test("the operator board renders a receipts board and follows its deltas", async () => {
+  const fixture = JSON.parse(readFileSync(process.env.AGUI_BOARD_FIXTURE, "utf8"));
+  const board = await context.newPage();
+  board.on("pageerror", (e) => problems.push(`board: page error: ${e.message}`));
+  board.on("console", (m) => m.type() === "error" && problems.push(`board: ${m.text()}`));
+  await board.goto(`${HUB}/demo/board.html?thread=${BOARD_THREAD}`);
+  await until(board, () => window.__hub?.client?.inSync, null, { what: "the board to join" });
+  // The board thread is an ordinary thread: seed it as any writer could (a whole snapshot).
+  const seeded = await board.evaluate((snapshot) => window.__hub.client.replaceState(snapshot), fixture);
+  assert.equal(seeded.status, "acked", JSON.stringify(seeded));
+  const ids = Object.keys(fixture.operations);
+  await until(board, (n) => document.querySelectorAll('[data-testid="operation"]').length === n, ids.length, {
+    what: "the operations",
+  });
+  for (const [state, n] of Object.entries(fixture.counts)) {
+    assert.equal(await board.getAttribute(`[data-testid="count-${state}"]`, "data-count"), String(n), state);
+  }
+  const rows = await board.$$eval('[data-testid="operation"]', (r) => r.map((x) => [x.dataset.id, x.dataset.state]));
+  assert.deepEqual(rows.map(([id]) => id).sort(), [...ids].sort());
+  assert.equal(rows[0][1], "stuck", "operations needing attention come first");
+  assert.equal(await board.textContent('[data-testid="as-of"]'), fixture.as_of);
+  // Untrusted text stays text: the fixture's hostile reason is shown literally.
+  const hostile = ids.find((id) => String(fixture.operations[id].reason).includes("<img"));
+  assert.ok(hostile, "the fixture carries markup in a reason");
+  assert.equal(
+    await board.textContent(`[data-testid="operation"][data-id="${hostile}"] [data-column="reason"]`),
+    fixture.operations[hostile].reason,
+  );
+  assert.equal(await board.evaluate(() => document.querySelectorAll("table img, table b").length), 0);
+  // A delta (an operation accepted: pending -> working) moves the row and the counts.
+  const pending = ids.find((id) => fixture.operations[id].state === "pending");
+  const delta = [
+    { op: "replace", path: `/operations/${pending}/state`, value: "working" },
+    { op: "replace", path: "/counts/pending", value: fixture.counts.pending - 1 },
+    { op: "replace", path: "/counts/working", value: fixture.counts.working + 1 },
+  ];
+  const moved = await board.evaluate((ops) => window.__hub.client.publish(ops), delta);
+  assert.equal(moved.status, "acked");
+  await until(
+    board,
+    (id) => document.querySelector(`[data-testid="operation"][data-id="${id}"]`)?.dataset.state === "working",
+    pending,
+    {
+      what: "the row to move",
+    },
+  );
+  assert.equal(
+    await board.getAttribute('[data-testid="count-working"]', "data-count"),
+    String(fixture.counts.working + 1),
+  );
+  await shot(board, "board", { fullPage: true });
+  // The hub's own `ops` board thread (fed by the receipts store), when it has operations.
+  const ops = await getJson("/v1/threads/ops");
+  const real = ops.state && typeof ops.state.operations === "object" ? Object.keys(ops.state.operations).length : 0;
+  if (real > 0) {
+    await board.goto(`${HUB}/demo/board.html`);
+    await until(board, (n) => document.querySelectorAll('[data-testid="operation"]').length === n, real, {
+      what: "the ops board",
+    });
+    await shot(board, "board-ops", { fullPage: true });
+  }
+  await board.close();
+});
+
+test("no page broke its CSP or threw", () => {
+  assert.deepEqual(problems, []);
+});

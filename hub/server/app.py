@@ -28,7 +28,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from hub.auth import ADMIN, READ, WRITE, bind_allowed, is_thread_id
+from hub.auth import ADMIN, WRITE, bind_allowed, is_thread_id
 from hub.core.patch import check_patch
 from hub.errors import (
     BadPath,
@@ -41,11 +41,18 @@ from hub.errors import (
     Unavailable,
 )
 from hub.limits import TokenBucket
+from hub.receipts.store import ReceiptStore
 from hub.server import sessions
 from hub.server.config import Config
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Channel, Hub
 from hub.server.outbox import Outbox
+from hub.server.receipts import (
+    RECEIPTS_PATH,
+    ReceiptsService,
+    receipt_store_for,
+    refuse_board_write,
+)
 from hub.server.static import serve_static
 from hub.store import open_store
 from hub.wire import control
@@ -140,7 +147,7 @@ def _text_response(status: HTTPStatus, text: str, content_type: str = "text/plai
 class HubServer:
     """Binds a :class:`Hub` to a port."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, receipts: ReceiptStore | None = None) -> None:
         self.hub = hub
         self.config = hub.config
         self.server: Server | None = None
@@ -148,13 +155,14 @@ class HubServer:
         self.draining = False
         self.guard = Guard(self.config, hub.metrics)
         hub.on_unload = self.guard.forget_thread
+        self.receipts = ReceiptsService(hub, self.guard, receipts)
 
     @classmethod
     async def create(cls, config: Config) -> HubServer:
         store = await open_store(config.store, retention=config.retention)
         hub = Hub(store, config)
         await hub.start()
-        return cls(hub)
+        return cls(hub, await receipt_store_for(config.store))
 
     async def start(self) -> None:
         bind_allowed(self.config.host, not self.guard.auth.is_open, self.config.insecure)
@@ -177,6 +185,7 @@ class HubServer:
             close_timeout=self.config.drain_timeout,
             backlog=self.config.backlog,
         )
+        await self.receipts.start()
 
     @property
     def port(self) -> int:
@@ -200,8 +209,16 @@ class HubServer:
                 [asyncio.ensure_future(c) for c in closing], timeout=self.config.drain_timeout
             )
         if self.server is not None:
-            self.server.close()
+            # close() above left every connection open, and closing again does nothing: close
+            # the others (agents, receipt producers) here, bounded as well.
+            others = [
+                asyncio.ensure_future(c.close(1001, "node draining"))
+                for c in self.server.connections
+            ]
+            if others:
+                await asyncio.wait(others, timeout=self.config.drain_timeout)
             await self.server.wait_closed()
+        await self.receipts.close()
         await self.hub.close()
 
     # -- HTTP -----------------------------------------------------------------------------------
@@ -213,7 +230,8 @@ class HubServer:
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         if upgrade:
             try:
-                route(request.path)
+                if path != RECEIPTS_PATH:
+                    route(request.path)
             except BadPath as exc:
                 return _json_response(HTTPStatus.NOT_FOUND, exc.as_value())
             if self.draining:
@@ -250,7 +268,9 @@ class HubServer:
         match = CONSUMER_PATH.match(path)
         if match and is_thread_id(match.group(1)):
             try:
-                admission = self.guard.admit(request.headers, query, match.group(1), READ)
+                thread_id = match.group(1)
+                scope = self.guard.scope_for("consumer", thread_id)
+                admission = self.guard.admit(request.headers, query, thread_id, scope)
             except PeerError as exc:
                 return _error_response(exc)
             try:
@@ -273,11 +293,16 @@ class HubServer:
     async def handler(self, ws: ServerConnection) -> None:
         encoding: Encoding = MSGPACK if ws.subprotocol == MSGPACK_SUBPROTOCOL else JSON
         assert ws.request is not None
+        if urlsplit(ws.request.path).path == RECEIPTS_PATH:
+            await self.receipts.handle(ws, encoding)
+            return
         target = route(ws.request.path)
         admission: Admission | None = None
         try:
-            scope = self.guard.scope_for(target.role)
+            scope = self.guard.scope_for(target.role, target.thread_id)
             admission = self.guard.admit(ws.request.headers, target.query, target.thread_id, scope)
+            if target.role == "agent":
+                refuse_board_write(target.thread_id)
             channel = await self.hub.channel(admission.key)
             if target.role != "agent":
                 await self.hub.follow(channel)
@@ -352,6 +377,7 @@ class HubServer:
             outbox.acked = min(command.seq, channel.thread.seq)
         else:
             peer.admission.principal.require(WRITE)
+            refuse_board_write(channel.thread.thread_id)
             self.guard.rate(peer.bucket, peer.admission.principal.tenant)
             await self._consumer_publish(channel, outbox, command)
 

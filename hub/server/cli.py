@@ -16,6 +16,7 @@ from pathlib import Path
 from hub.auth import SCOPES, AuthConfig, mint_token, parse_origin_allowlist, parse_scope_arg
 from hub.errors import ConfigError
 from hub.limits import Limits
+from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 from hub.server.config import Config
 
@@ -91,6 +92,15 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         metavar="WORDS",
         help="another key pattern that names a secret (e.g. session_key)",
     )
+    receipts = parser.add_argument_group("handoff receipts (the operator board, thread 'ops')")
+    for flag, default, what in (
+        ("--ack-window", Policy.ack_window_s, "a delegation may go unaccepted"),
+        ("--evidence-window", Policy.evidence_window_s, "accepted work may go without progress"),
+        ("--verify-window", Policy.verify_window_s, "completed work may go unverified"),
+    ):
+        receipts.add_argument(
+            flag, type=float, default=default, metavar="S", help=f"seconds {what} ({default:g})"
+        )
     parser.add_argument(
         "--test-drop-bus",
         type=float,
@@ -116,10 +126,22 @@ def _config(args: argparse.Namespace) -> Config:
         secrets=SecretPolicy(
             patterns=(*SecretPolicy().patterns, *args.secret_pattern), mode=args.secrets
         ),
+        receipts_policy=_receipts_policy(args),
     )
     if args.node:
         config.node = args.node
     return config
+
+
+def _receipts_policy(args: argparse.Namespace) -> Policy:
+    try:
+        return Policy(
+            ack_window_s=args.ack_window,
+            evidence_window_s=args.evidence_window,
+            verify_window_s=args.verify_window,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _auth_config(args: argparse.Namespace) -> AuthConfig | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from hub.auth import AuthConfig
 from hub.limits import Limits
+from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 
 
@@ -51,6 +52,8 @@ class Config:
     allowed_origins: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
     secrets: SecretPolicy = field(default_factory=SecretPolicy)
+    #: The receipts classifier's windows (the operator board, hub.server.receipts).
+    receipts_policy: Policy = field(default_factory=Policy)
 
     @property
     def max_frame(self) -> int:

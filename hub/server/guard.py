@@ -19,6 +19,7 @@ import jsonpatch
 from hub.auth import (
     AGENT,
     READ,
+    RECEIPTS_READ,
     Authenticator,
     Principal,
     check_origin,
@@ -32,6 +33,8 @@ from hub.server.metrics import Metrics
 
 log = logging.getLogger("agui_hub.guard")
 
+#: The thread, per tenant, that holds the operator board of handoff receipts (hub.receipts).
+BOARD_THREAD = "ops"
 #: Events after which a thread's state size is measured again, whatever the bound says.
 REMEASURE = 1000
 
@@ -127,8 +130,12 @@ class Guard:
         self.threads.discard(tenant, thread_id)
 
     @staticmethod
-    def scope_for(role: str) -> str:
-        return AGENT if role == "agent" else READ
+    def scope_for(role: str, thread_id: str) -> str:
+        """The scope a connection needs: ``agent`` for agents; ``read`` for consumers, but
+        ``receipts:read`` for the operator board (it shows the tenant's delegated work)."""
+        if role == "agent":
+            return AGENT
+        return RECEIPTS_READ if thread_id == BOARD_THREAD else READ
 
     # -- events ---------------------------------------------------------------------------------
 

@@ -21,9 +21,14 @@ def start_hub() -> Iterator[Callable[..., HubProcess]]:
         started.append(hub)
         return hub
 
+    def stop_all() -> None:
+        for hub in started:
+            hub.stop()
+
+    # For fixtures of servers the hubs use (Redis): stop the hubs before their store goes.
+    start.stop_all = stop_all  # type: ignore[attr-defined]
     yield start
-    for hub in started:
-        hub.stop()
+    stop_all()
 
 
 @pytest.fixture(autouse=True)

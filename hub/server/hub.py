@@ -110,10 +110,26 @@ class Hub:
             bus = self.bus.run(self.shared.deliver, self.shared.reconnected)
             self._tasks.append(asyncio.create_task(bus, name="bus"))
 
-    async def close(self) -> None:
+    async def close(self, flush_timeout: float = 30.0) -> None:
+        """Store what is pending, then stop. A store that is gone must not keep the process
+        alive: the flush gives up after ``flush_timeout`` seconds, or after ``drain_timeout``
+        seconds of the store failing."""
         for channel in self.channels.values():
             self._compact(channel)
-        await self._writes.join()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        flushed = asyncio.ensure_future(self._writes.join())
+        while not flushed.done():
+            await asyncio.wait([flushed], timeout=0.1)
+            waited = loop.time() - start
+            failing = not self.store_ok and waited >= self.config.drain_timeout
+            if not flushed.done() and (failing or waited >= flush_timeout):
+                flushed.cancel()
+                log.error(
+                    "the store did not take %d pending write(s) in %.1f s; stopping without them",
+                    len(self._writes),
+                    waited,
+                )
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

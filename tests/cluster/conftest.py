@@ -10,9 +10,10 @@ from support import HubProcess
 
 
 @pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
+def redis_server(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
+    start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
     server.cleanup()
 
 

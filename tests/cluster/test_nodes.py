@@ -212,3 +212,26 @@ async def test_a_node_follows_a_thread_only_while_it_has_consumers_of_it(
         await again.wait_for_seq(7, TIMEOUT)
         assert_same(again, await caught_up(a, "t", 7))
         await settles(1)
+
+
+async def test_a_node_whose_redis_is_gone_still_stops(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """SIGTERM with Redis down: the node gives up the writes it cannot store (and says so)
+    instead of retrying forever, so an orchestrator's stop is not turned into a SIGKILL."""
+    from redis_support import RedisServer
+
+    redis = RedisServer().start()
+    try:
+        node = start_hub("--node", "n0", store=redis.url)
+        async with Consumer(f"{node.ws}/v1/threads/t") as watcher:
+            await publish(f"{node.ws}/v1/threads/t/agent", [delta("k", 1)])
+            await watcher.wait_for_seq(1, TIMEOUT)
+        redis.stop()
+        assert node.proc is not None
+        node.proc.terminate()
+        code = await asyncio.to_thread(node.proc.wait, 20)
+        assert code == 0
+        assert "stopping without them" in node.log()
+    finally:
+        redis.cleanup()

@@ -19,9 +19,10 @@ THREADS = [f"doc-{i}" for i in range(6)]
 
 
 @pytest.fixture
-def cluster() -> Iterator[RedisClusterServers]:
+def cluster(start_hub: Callable[..., HubProcess]) -> Iterator[RedisClusterServers]:
     servers = RedisClusterServers(3).start()
     yield servers
+    start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
     servers.cleanup()
 
 

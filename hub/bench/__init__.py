@@ -264,6 +264,10 @@ def cli(argv: Sequence[str] | None = None) -> int:
         from hub.bench import cluster_report
 
         return cluster_report.cli(args_list[1:])
+    if args_list[:1] == ["receipts"]:
+        from hub.receipts.bench import main as receipts_bench
+
+        return receipts_bench(args_list[1:])
     parser = argparse.ArgumentParser(
         prog="python -m hub.bench",
         description=__doc__,

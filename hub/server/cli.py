@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "figures",
         nargs=argparse.REMAINDER,
-        help="'cluster [options]': two nodes on Redis and a reconnect storm",
+        help="'cluster [options]': two nodes on Redis and a reconnect storm; "
+        "'receipts [--records N]': classify a million handoff receipts",
     )
     return parser
 

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
@@ -320,6 +321,9 @@ class HubServer:
                 await self._consumer(ws, channel, admission, target, encoding)
         finally:
             self.guard.leave(admission)
+            sent = ws.protocol.close_sent
+            if sent is not None and sent.code == CloseCode.MESSAGE_TOO_BIG:
+                self.guard.refused("frame_too_large")  # websockets closed it, with 1009
 
     async def _consumer(
         self,

@@ -192,3 +192,24 @@ async def test_sigterm_drains_consumers_with_4009(hub: HubProcess) -> None:
     assert code == 0
     await asyncio.wait_for(watcher.ws.wait_closed(), 5)
     assert watcher.ws.close_code == 4009
+
+
+async def test_a_frame_over_the_limit_closes_with_1009_and_is_counted(
+    start_hub: Any,
+) -> None:
+    hub = start_hub("--limit", "max_frame_bytes=4096")
+    bystander = await Client.open(f"{hub.ws}/v1/threads/t")
+    await bystander.recv()
+    agent = await Client.open(f"{hub.ws}/v1/threads/t/agent")
+    await agent.recv()
+    await agent.ws.send(json.dumps({"type": "STATE_SNAPSHOT", "snapshot": {"x": "y" * 5000}}))
+    with pytest.raises(Exception) as closed:
+        await agent.recv()
+    assert getattr(closed.value, "rcvd", None) is not None and closed.value.rcvd.code == 1009
+    assert hub.metric("agui_hub_refused_total", code="frame_too_large") == 1
+    # Nobody else paid: the hub still takes a well-sized event and the bystander gets it.
+    producer = await Client.open(f"{hub.ws}/v1/threads/t/agent")
+    await producer.recv()
+    await producer.ws.send(json.dumps({"type": "STATE_SNAPSHOT", "snapshot": {"ok": 1}}))
+    events = await bystander.recv_until(lambda e: e.get("snapshot") == {"ok": 1})
+    assert not any("y" * 100 in json.dumps(e) for e in events)  # the refused one never came

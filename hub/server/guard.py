@@ -27,7 +27,7 @@ from hub.auth import (
 )
 from hub.core.thread import Thread
 from hub.errors import LimitExceeded, PeerError
-from hub.limits import TOO_MANY_MESSAGES, TokenBucket, check_rate, json_size
+from hub.limits import TOO_MANY_MESSAGES, TokenBucket, check_depth, check_rate, json_size
 from hub.server.config import Config
 from hub.server.metrics import Metrics
 
@@ -49,6 +49,8 @@ _NEW_MESSAGE = frozenset(
         "TEXT_MESSAGE_CHUNK",
         "TOOL_CALL_CHUNK",
         "REASONING_MESSAGE_CHUNK",
+        "TOOL_CALL_RESULT",
+        "ACTIVITY_DELTA",
     }
 )
 
@@ -177,6 +179,9 @@ class Guard:
         elif kind == "STATE_DELTA":
             ops = event["delta"]
             limits.check_patch(ops)
+            for op in ops:  # a value written deep makes the state deeper than the value is
+                if "value" in op and isinstance(op.get("path"), str):
+                    check_depth(op["value"], max(0, limits.max_depth - op["path"].count("/")))
             self._secrets(thread, self.secrets.check_patch(ops))
             self._check_growth(thread, ops)
         elif kind == "MESSAGES_SNAPSHOT":

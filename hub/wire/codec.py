@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Literal
 
@@ -19,8 +20,48 @@ MSGPACK: Encoding = "msgpack"
 MSGPACK_SUBPROTOCOL = "agui-hub.msgpack"
 
 
+#: Integers every encoding and client holds: msgpack's 64-bit range.
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+
+
 def _reject_constant(name: str) -> Any:
     raise BadFrame(f"{name} is not JSON")
+
+
+def _json_int(text: str) -> int:
+    value = int(text)
+    if not INT_MIN <= value <= INT_MAX:
+        raise BadFrame("an integer outside the 64-bit range")
+    return value
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadFrame(f"{text[:32]} is out of the range of a double")
+    return value
+
+
+def _ext(code: int, data: bytes) -> Any:
+    raise BadFrame("msgpack extension types are not JSON values")
+
+
+def _check_json_values(obj: Any) -> None:
+    """A msgpack frame must hold only what JSON holds: no bin, no extension, no NaN or
+    infinity (every consumer, in either encoding, must be able to receive what is accepted).
+    Iterative, so a deep frame cannot exhaust the stack."""
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise BadFrame("NaN and infinity are not JSON values")
+        elif value is not None and not isinstance(value, str | int):
+            raise BadFrame(f"msgpack {type(value).__name__} values are not JSON values")
 
 
 def encode(obj: Any, encoding: Encoding) -> str | bytes:
@@ -36,9 +77,12 @@ def decode(data: str | bytes) -> dict[str, Any]:
     """Decode one frame: text is JSON, binary is msgpack. The result must be an object."""
     try:
         if isinstance(data, str):
-            obj = json.loads(data, parse_constant=_reject_constant)
+            obj = json.loads(
+                data, parse_constant=_reject_constant, parse_int=_json_int, parse_float=_json_float
+            )
         else:
-            obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+            obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_ext, timestamp=0)
+            _check_json_values(obj)
     except BadFrame:
         raise
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):

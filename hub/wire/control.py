@@ -99,7 +99,9 @@ def parse_command(obj: dict[str, Any]) -> Command:
     if kind == "hub.resync":
         reason = obj.get("reason")
         holding = _holding(obj["holding"]) if "holding" in obj else None
-        return Resync(reason if reason in CONSUMER_RESYNC_REASONS else "patch_failed", holding)
+        if not isinstance(reason, str) or reason not in CONSUMER_RESYNC_REASONS:
+            reason = "patch_failed"
+        return Resync(reason, holding)
     if kind == "hub.ack":
         seq = obj.get("seq")
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:

@@ -21,18 +21,16 @@ A backend is imported only when its URL is opened.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hub.errors import Unavailable
 from hub.receipts.model import RECORD, Record, key_of
+from hub.store.sqlite_file import SqliteFile
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -123,36 +121,21 @@ class SqliteReceiptStore(ReceiptStore):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agui-receipts")
-        self._db: sqlite3.Connection | None = None
+        self.file = SqliteFile(path, SCHEMA, name="receipts")
 
     @classmethod
     async def open(cls, path: str) -> SqliteReceiptStore:
         store = cls(path)
-        try:
-            await store._run(store._connect)
-        except BaseException:
-            store._executor.shutdown(wait=False)
-            raise
+        # Its own connection: the hub's thread store may hold the same file.
+        store.file = await SqliteFile.open(path, SCHEMA, name="receipts")
         return store
 
-    def _connect(self) -> None:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=5000")  # the hub's own connection may hold the file
-        db.executescript(SCHEMA)
-        self._db = db
-
     async def _run(self, fn: Any, *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(fn, *args))
+        return await self.file.run(fn, *args)
 
     @property
     def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError("the receipt store is closed")
-        return self._db
+        return self.file.db
 
     async def append(self, tenant: str, records: Sequence[Record]) -> int:
         check_tenant(tenant)
@@ -198,10 +181,7 @@ class SqliteReceiptStore(ReceiptStore):
         return [row[0] for row in rows]
 
     async def close(self) -> None:
-        if self._db is not None:
-            await self._run(self._db.close)
-            self._db = None
-        self._executor.shutdown(wait=True)
+        await self.file.close()
 
 
 REDIS_PREFIX = "agui:"

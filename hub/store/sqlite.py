@@ -7,13 +7,11 @@ durable against a process crash, and against power loss up to the last checkpoin
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, TypeVar
 
 from hub.store.base import Event, Position, Store, StoredThread, seq_of
+from hub.store.sqlite_file import SqliteFile
 from hub.wire.codec import pack, unpack
 
 T = TypeVar("T")
@@ -40,31 +38,20 @@ class SqliteStore(Store):
     def __init__(self, path: str, *, retention: int = 10_000) -> None:
         super().__init__(retention=retention)
         self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agui-sqlite")
-        self._db: sqlite3.Connection | None = None
+        self.file = SqliteFile(path, SCHEMA, name="sqlite")
 
     @classmethod
     async def open(cls, path: str, *, retention: int = 10_000) -> SqliteStore:
         store = cls(path, retention=retention)
-        await store._run(store._connect)
+        store.file = await SqliteFile.open(path, SCHEMA, name="sqlite")
         return store
 
-    def _connect(self) -> None:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(SCHEMA)
-        self._db = db
-
     async def _run(self, fn: Any, *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(fn, *args))
+        return await self.file.run(fn, *args)
 
     @property
     def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError("the store is closed")
-        return self._db
+        return self.file.db
 
     async def load(self, thread_id: str) -> StoredThread | None:
         result: StoredThread | None = await self._run(self._load, thread_id)
@@ -151,10 +138,7 @@ class SqliteStore(Store):
         return True
 
     async def close(self) -> None:
-        if self._db is not None:
-            await self._run(self._db.close)
-            self._db = None
-        self._executor.shutdown(wait=True)
+        await self.file.close()
 
 
 class _transaction:

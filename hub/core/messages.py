@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hub.core.patch import Document, apply_patch, check_patch
+from hub.errors import InvalidSequence
 
 Message = dict[str, Any]
 
@@ -198,6 +199,8 @@ class MessageLog:
         """Apply a patch to an activity's content (atomic; raises PatchFailed/MalformedPatch)."""
         ops, _ = check_patch(patch)
         message = self._by_id.get(message_id)
+        if message is not None and message.get("role") != "activity":
+            raise InvalidSequence(f"message {message_id!r} is not an activity")
         # A new activity is added only once its patch applied: a failed one changes nothing.
         doc = Document({} if message is None else message["content"])
         apply_patch(doc, ops)

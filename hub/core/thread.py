@@ -297,8 +297,9 @@ class Thread:
         if key is None or not key.startswith("text:"):
             raise InvalidSequence("TEXT_MESSAGE_CHUNK without a messageId starts nothing")
         if key != current or key not in self.open:
+            if key not in self._chunked:  # check before changing anything: atomic
+                self._require_closed("text", key[5:])
             self._close_chunked()
-            self._require_closed("text", key[5:])
             start = {"type": "TEXT_MESSAGE_START", "messageId": key[5:]}
             start["role"] = event.get("role") or "assistant"
             self.messages.start_text(key[5:], start["role"])
@@ -330,8 +331,9 @@ class Thread:
         if key != current or key not in self.open:
             if not event.get("toolCallName"):
                 raise InvalidSequence("the first TOOL_CALL_CHUNK of a call needs toolCallName")
+            if key not in self._chunked:
+                self._require_closed("tool", key[5:])
             self._close_chunked()
-            self._require_closed("tool", key[5:])
             start = {
                 "type": "TOOL_CALL_START",
                 "toolCallId": key[5:],

@@ -82,6 +82,8 @@ class Route:
 
 def route(path: str) -> Route:
     """Parse a request path; raise :class:`BadPath` for anything the hub does not serve."""
+    if _CONTROL.search(path):  # urlsplit would silently drop TAB, CR and LF: a/b -> ab
+        raise BadPath("no such endpoint")
     parts = urlsplit(path)
     query = parse_qs(parts.query)
     for pattern, role in ((CONSUMER_PATH, "consumer"), (AGENT_PATH, "agent")):
@@ -92,6 +94,9 @@ def route(path: str) -> Route:
             first = {name: values[0] for name, values in query.items()}
             return Route(role, match.group(1), since, epoch, first)
     raise BadPath("no such endpoint")
+
+
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
 def _int_param(query: dict[str, list[str]], name: str) -> int | None:
@@ -227,6 +232,8 @@ class HubServer:
     async def process_request(
         self, connection: ServerConnection, request: Request
     ) -> Response | None:
+        if _CONTROL.search(request.path):
+            return _json_response(HTTPStatus.NOT_FOUND, BadPath("no such path").as_value())
         path = urlsplit(request.path).path
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         if upgrade:

@@ -511,9 +511,13 @@ class HubServer:
                 sid = sessions.service_id(frame.get("service_session_id"))
                 await store.save_session(channel.key, {sessions.SESSION_KEY: sid})
             elif op == "import":
-                events, sid = sessions.parse_import(channel.thread, frame.get("session"))
+                raw, sid = sessions.parse_import(channel.thread, frame.get("session"))
+                # Validate every event before publishing any: an import is taken whole or not
+                # at all (the messages go first: they are the part the thread may refuse).
+                events = [parse_event(event)[0] for event in reversed(raw)]
                 for event in events:
                     self.guard.check_event(channel.thread, event)
+                for event in events:
                     outcome = await self.hub.publish(channel, event)
                     if outcome.error is not None:
                         raise outcome.error

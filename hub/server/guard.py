@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonpatch
+from jsonpointer import resolve_pointer
 
 from hub.auth import (
     AGENT,
@@ -179,14 +180,17 @@ class Guard:
         elif kind == "STATE_DELTA":
             ops = event["delta"]
             limits.check_patch(ops)
-            for op in ops:  # a value written deep makes the state deeper than the value is
-                if "value" in op and isinstance(op.get("path"), str):
-                    check_depth(op["value"], max(0, limits.max_depth - op["path"].count("/")))
+            self._check_patch_depth(thread.state, ops)
             self._secrets(thread, self.secrets.check_patch(ops))
             self._check_growth(thread, ops)
         elif kind == "MESSAGES_SNAPSHOT":
             limits.check_messages(len(event["messages"]))
-        elif (
+        elif kind == "ACTIVITY_DELTA":
+            limits.check_patch(event["patch"])
+            activity = thread.messages.get(event["messageId"])
+            content = activity.get("content") if activity is not None else {}
+            self._check_patch_depth(content, event["patch"], base=2)  # messages[i].content
+        if (
             kind in _NEW_MESSAGE
             and len(thread.messages) >= limits.max_messages_per_thread
             and not any(thread.messages.get(i) is not None for i in _message_ids(event))
@@ -196,6 +200,27 @@ class Guard:
                 f"a thread may hold at most {limits.max_messages_per_thread} messages",
                 limit=limits.max_messages_per_thread,
             )
+
+    def _check_patch_depth(self, doc: Any, ops: list[dict[str, Any]], base: int = 0) -> None:
+        """A value written deep makes the document deeper than the value is: the path's depth
+        counts, and for ``copy``/``move`` the depth of what is copied from the document."""
+        limit = self.limits.max_depth - base
+        for op in ops:
+            path = op.get("path")
+            if not isinstance(path, str):
+                continue  # the core refuses it as malformed
+            if "value" in op:
+                value = op["value"]
+            elif op.get("op") in ("copy", "move") and isinstance(op.get("from"), str):
+                try:
+                    value = resolve_pointer(doc, op["from"], None)
+                except Exception:
+                    continue  # a malformed pointer: the core refuses the patch
+            else:
+                continue
+            if path.count("/") > limit:
+                check_depth([value], 0)  # past the limit whatever the value
+            check_depth(value, max(0, limit - path.count("/")))
 
     def _check_growth(self, thread: Thread, ops: list[dict[str, Any]]) -> None:
         """The state size limit for a delta, without measuring the whole state each time: a

@@ -54,6 +54,8 @@ def _check_json_values(obj: Any) -> None:
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
+            if not all(isinstance(key, str) for key in value):
+                raise BadFrame("msgpack map keys must be strings")
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)

@@ -10,6 +10,7 @@ caller answers 404). Paths are resolved and checked to stay inside their root.
 
 from __future__ import annotations
 
+import os
 from http import HTTPStatus
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 _HUB = Path(__file__).resolve().parent.parent
+#: The browser client: the checkout's clients/js, or AGUI_HUB_JS_DIR (an installed image).
+_JS = Path(os.environ.get("AGUI_HUB_JS_DIR") or _HUB.parent / "clients" / "js")
 ROOTS: dict[str, Path] = {
-    "/js/src/": _HUB.parent / "clients" / "js" / "src",
-    "/js/vendor/": _HUB.parent / "clients" / "js" / "vendor",
+    "/js/src/": _JS / "src",
+    "/js/vendor/": _JS / "vendor",
     "/demo/": _HUB / "web",
 }
 TYPES = {

@@ -314,6 +314,11 @@ def test_the_dockerfile_runs_a_node_on_the_compose_redis() -> None:
     assert re.search(r"^EXPOSE 8787$", text, re.MULTILINE)
     assert re.search(r"^USER 10001", text, re.MULTILINE)
     assert "/healthz" in text
+    # Binding 0.0.0.0 without a key is refused: the image must be given one.
+    assert "AGUI_HUB_JWT_SECRET" in text
+    ignored = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+    for source in re.findall(r"^COPY (\S+) ", text, re.MULTILINE):
+        assert f"!{source}" in ignored or source in ("pyproject.toml",), source
 
 
 def test_the_compose_file_runs_redis_with_aof_two_nodes_and_nginx_in_front() -> None:
@@ -327,6 +332,8 @@ def test_the_compose_file_runs_redis_with_aof_two_nodes_and_nginx_in_front() -> 
     nodes = {name: serve_args(services[name]["command"]) for name in ("hub-1", "hub-2")}
     assert {args.node for args in nodes.values()} == {"hub-1", "hub-2"}
     assert {args.store for args in nodes.values()} == {"redis://redis:6379/0"}
+    # The nodes bind 0.0.0.0, which needs a token secret: compose requires one.
+    assert "AGUI_HUB_JWT_SECRET" in compose["x-hub"]["environment"]
     assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in services["nginx"]["volumes"]
     upstream = re.findall(r"^\s*server (\S+) ", (ROOT / "deploy" / "nginx.conf").read_text(), re.M)
     assert upstream == [f"{name}:{args.port}" for name, args in nodes.items()]
@@ -353,5 +360,7 @@ def test_the_kubernetes_manifests_probe_drain_and_budget_the_hub() -> None:
     args = serve_args(container["command"])
     assert args.port == container["ports"][0]["containerPort"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    secret = next(e for e in container["env"] if e["name"] == "AGUI_HUB_JWT_SECRET")
+    assert secret["valueFrom"]["secretKeyRef"]["name"] == "agui-hub-jwt"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]

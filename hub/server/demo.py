@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import random
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -258,6 +259,53 @@ async def watcher(url: str, *, every: float = 2.0) -> None:
                 )
 
 
+def sample_receipts(now: datetime) -> list[dict[str, Any]]:
+    """Handoff receipts for the demo's operator board, timed around ``now``: one operation in
+    each of most states, and one delegation that turns ``orphaned`` by time alone once its
+    ack window (120 s by default) passes while you watch."""
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+    def at(seconds_ago: float) -> str:
+        return (now - timedelta(seconds=seconds_ago)).isoformat().replace("+00:00", "Z")
+
+    attempt = f"{int(now.timestamp())}"  # each demo run is a new attempt: the latest decides
+
+    def rec(op: str, event: str, ago: float, **extra: Any) -> dict[str, Any]:
+        handoff = f"{op}-{attempt}"
+        record = {"operation_id": op, "handoff_id": handoff, "event": event, "at": at(ago)}
+        return {"trace_id": trace, **record, **extra}
+
+    artifact = {"expected_artifact": "file:reports/summary.md"}
+    return [
+        rec("research-sources", "delegated", 200, **artifact),
+        rec("research-sources", "accepted", 195),
+        rec("research-sources", "progress", 30),
+        rec("draft-summary", "delegated", 20, **artifact),  # pending, orphaned in ~100 s
+        rec("legal-review", "delegated", 900, **artifact),
+        rec("legal-review", "accepted", 890),
+        rec("legal-review", "waiting", 600, reason="approval_required"),
+        rec("export-csv", "delegated", 1500, **artifact),
+        rec("export-csv", "accepted", 1490),
+        rec("export-csv", "completed", 1200),
+        rec("export-csv", "outcome_verified", 1100),
+        rec("fetch-prices", "delegated", 2000, **artifact),
+        rec("fetch-prices", "accepted", 1990),
+        rec("fetch-prices", "completed", 900),
+        rec("index-docs", "delegated", 3000, **artifact),
+        rec("index-docs", "accepted", 2990),
+        rec("index-docs", "progress", 2900),
+    ]
+
+
+async def seed_board(url: str) -> None:
+    """Send the sample receipts to the hub's ``/v1/receipts``, as any producer would."""
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"records": sample_receipts(datetime.now(UTC))}))
+        answer = json.loads(await ws.recv())
+        if answer.get("name") != "hub.receipts.ack":
+            raise RuntimeError(f"the demo receipts were refused: {answer.get('value')}")
+
+
 async def run_demo(config: Config, *, duration: float | None, interval: float) -> None:
     server = await HubServer.create(config)
     await server.start()
@@ -271,6 +319,7 @@ async def run_demo(config: Config, *, duration: float | None, interval: float) -
         f"  stop with Ctrl-C",
         flush=True,
     )
+    await seed_board(f"ws://{base}/v1/receipts")
     tasks = [
         asyncio.create_task(
             demo_agent(f"ws://{base}/v1/threads/{THREAD}/agent", interval=interval)

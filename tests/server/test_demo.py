@@ -130,3 +130,28 @@ async def test_a_reshaped_state_makes_the_agent_reconnect_and_start_afresh(
     _check_document(state)
     assert state["status"]["step"] < 12  # counted again from a fresh document
     assert hub.metric("agui_hub_connections", role="producer") == 0
+
+
+async def test_the_demo_seeds_the_operator_board_through_the_receipts_endpoint(
+    hub: HubProcess,
+) -> None:
+    """The board page has something to show: the demo sends sample receipts to /v1/receipts
+    like any producer, and the hub's own ops thread classifies them, one operation per state
+    (the pending one turns orphaned by time alone, two minutes later)."""
+    from hub.server.demo import seed_board
+
+    await seed_board(f"{hub.ws}/v1/receipts")
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        operations = hub.thread("ops")["state"].get("operations", {})
+        if len(operations) == 6 or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    assert {op: o["state"] for op, o in operations.items()} == {
+        "research-sources": "working",
+        "draft-summary": "pending",
+        "legal-review": "waiting",
+        "export-csv": "verified",
+        "fetch-prices": "failed_outcome",
+        "index-docs": "stuck",
+    }

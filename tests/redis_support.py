@@ -37,6 +37,21 @@ def free_port() -> int:
         return port
 
 
+def cluster_port() -> int:
+    """A free loopback port at most 55535 whose cluster bus port (+10000) is free as well."""
+    for _ in range(200):
+        port = free_port()
+        if port > 55535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
 class RedisServer:
     """One ``redis-server`` on 127.0.0.1; no persistence unless ``extra`` asks for it."""
 
@@ -113,8 +128,16 @@ class RedisClusterServers:
     ``cluster_state:ok``. Stopped by the servers' PIDs."""
 
     def __init__(self, masters: int = 3) -> None:
+        # A cluster node also listens on its port + 10000 (the cluster bus): pick ports that
+        # leave room for it, and whose bus port is free too.
         self.servers = [
-            RedisServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+            RedisServer(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                port=cluster_port(),
+            )
             for _ in range(masters)
         ]
 

@@ -8,8 +8,11 @@ from pathlib import Path
 
 from hub.receipts.model import Action, Receipt
 
-#: The shared fixtures, next to the working tree (``../shared/fixtures`` from its root).
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+#: The fixtures from ``../shared/fixtures`` (beside the project), copied in byte for byte so a
+#: clean checkout alone runs the tests; test_fixture_copy checks they still match when the
+#: shared ones are there.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 FIXTURE = FIXTURES / "handoff_receipts.ndjson"
 EXPECTED = FIXTURES / "handoff_receipts.expected.json"
 

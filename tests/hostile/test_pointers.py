@@ -83,9 +83,9 @@ STEPS: list[tuple[list[dict[str, Any]], str | None]] = [
         ],
         "patch_failed",  # all or nothing
     ),
-    ([{"op": "replace", "path": "", "value": {"root": [1], "__proto__": {"a": 1}}}], None),
-    ([{"op": "add", "path": "/root/0/x", "value": 1}], "patch_failed"),
-    ([{"op": "copy", "from": "", "path": "/root/-"}], None),  # the document into itself
+    ([{"op": "replace", "path": "", "value": {"tree": [1], "__proto__": {"a": 1}}}], None),
+    ([{"op": "add", "path": "/tree/0/x", "value": 1}], "patch_failed"),
+    ([{"op": "copy", "from": "", "path": "/tree/-"}], None),  # the document into itself
 ]
 
 
@@ -162,7 +162,7 @@ async def test_pointer_edge_cases_over_the_wire(strict: Node, bystanders: None) 
     assert view["seq"] == accepted and view["state"] == expected == mirror.doc.root
     # A consumer's edit with a bad pointer is refused as a conflict, and repaired.
     writer = await welcomed(strict, thread_id, token(tenant, "read", "write"))
-    edit = {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/root/01", "value": 0}]}
+    edit = {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/tree/01", "value": 0}]}
     await writer.send({"type": "hub.publish", "event": edit})
     got = await writer.recv_until(lambda e: e["type"] == "STATE_SNAPSHOT")
     assert [e["value"]["code"] for e in got if is_custom(e, "hub.error")] == ["conflict"]

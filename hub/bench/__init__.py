@@ -107,6 +107,19 @@ def reference_speed() -> float:
     return min(timer.repeat(repeat=5, number=2000)) / 2000 * 1e6
 
 
+def print_machine() -> None:
+    """The lines every benchmark starts with: the machine, and how fast it is right now."""
+    print(
+        f"machine: {cpu_model()}, {cores()}, Python {platform.python_version()} "
+        f"({platform.python_implementation()}), {platform.system()} {platform.release()} "
+        f"{platform.machine()}"
+    )
+    print(
+        f"speed reference: json.loads of a 150-byte event takes {reference_speed():.2f} us; "
+        f"load average at start: {load_average()}"
+    )
+
+
 def load_average() -> str:
     try:
         with open("/proc/loadavg") as f:
@@ -224,15 +237,7 @@ def main(quick: bool = False, sizes: Sizes | None = None) -> int:
         sizes = replace(sizes, processes=default_processes())
     soft, _ = raise_nofile(2 * sizes.consumers + 256)
     print(f"agui-hub bench ({sizes.name} sizes)")
-    print(
-        f"machine: {cpu_model()}, {cores()}, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.system()} {platform.release()} "
-        f"{platform.machine()}"
-    )
-    print(
-        f"speed reference: json.loads of a 150-byte event takes {reference_speed():.2f} us; "
-        f"load average at start: {load_average()}"
-    )
+    print_machine()
     print(
         "setup: the hub is one subprocess (memory store, 127.0.0.1, free port); consumers are "
         f"in {sizes.processes} spawned client process(es) using a minimal asyncio WebSocket "

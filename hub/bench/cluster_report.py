@@ -20,7 +20,6 @@ size for a smoke run.
 from __future__ import annotations
 
 import argparse
-import platform
 import resource
 import sys
 import time
@@ -28,7 +27,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from hub.bench import _ms, _n, cores, cpu_model, load_average, reference_speed
+from hub.bench import _ms, _n, load_average, print_machine
 from hub.bench.cluster import Fanout, Plan, Result, Storm, Window, run_cluster, run_single
 from hub.bench.net import percentile
 from hub.bench.proc import raise_nofile
@@ -301,15 +300,7 @@ def main(sizes: ClusterSizes) -> int:
     raised = f", raised from {soft0}" if soft != soft0 else ""
     nodes = 2
     print(f"agui-hub bench cluster ({sizes.name} sizes)")
-    print(
-        f"machine: {cpu_model()}, {cores()}, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.system()} {platform.release()} "
-        f"{platform.machine()}"
-    )
-    print(
-        f"speed reference: json.loads of a 150-byte event takes {reference_speed():.2f} us; "
-        f"load average at start: {load_average()}"
-    )
+    print_machine()
     print(
         f"setup: a redis-server of its own (127.0.0.1, free port, temp dir, no persistence: "
         f'save "" and appendonly no); {nodes} hub node subprocesses (A, B) with '

@@ -3,18 +3,13 @@ consumer gets every event and resumes, and every figure parses as a sane number.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from bench_support import NUMBER, assert_positive_figure, run_bench
 from redis_support import redis_server_binary
 
-NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 RATE = r"[0-9.]+"
 
 #: One line per figure: a pattern whose first group is the figure, which must be > 0.
@@ -41,39 +36,9 @@ FIGURES = {
 def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     redis_server_binary()  # skips where redis-server is not installed (fails in CI)
     tmp = tmp_path_factory.mktemp("bench-cluster")
-    # Its own temp dir (to check it is left clean) and its own session (so that on a timeout
-    # the bench and everything it started can be killed).
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hub.bench", "cluster", "--quick"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=10)
-        pytest.fail(f"the quick cluster bench took over 60 s:\n{out}\n{err}")
-    assert proc.returncode == 0, f"the bench failed:\n{out}\n{err}"
-    _assert_nothing_left(proc.pid)
+    # Its own temp dir, to check it is left clean.
+    out = run_bench("cluster", "--quick", timeout=60, env={"TMPDIR": str(tmp)})
     return out, tmp
-
-
-def _assert_nothing_left(pgid: int) -> None:
-    """Every process the bench started (redis-server, hub nodes, client processes) is gone."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
-    pytest.fail("the bench left processes behind")
 
 
 def test_the_bench_names_the_machine_and_its_redis(bench_run: tuple[str, Path]) -> None:
@@ -88,9 +53,7 @@ def test_the_bench_prints_each_figure_as_a_positive_number(
     bench_run: tuple[str, Path], name: str
 ) -> None:
     out, _ = bench_run
-    match = re.search(FIGURES[name], out)
-    assert match, f"no line for {name!r} in:\n{out}"
-    assert float(match.group(1).replace(",", "")) > 0, match.group(0)
+    assert_positive_figure(out, name, FIGURES[name])
 
 
 def test_every_consumer_gets_every_event_in_the_quick_run(bench_run: tuple[str, Path]) -> None:

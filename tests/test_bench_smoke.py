@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
-
-NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+from bench_support import NUMBER, assert_positive_figure, run_bench
 
 #: One line per figure: a pattern whose first group is the figure, which must be > 0.
 FIGURES = {
@@ -32,38 +26,7 @@ FIGURES = {
 
 @pytest.fixture(scope="module")
 def bench_output() -> str:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # Its own session, so that on a timeout the bench and everything it started can be killed.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hub.bench", "--quick"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=40)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=10)
-        pytest.fail(f"the quick bench took over 40 s:\n{out}\n{err}")
-    assert proc.returncode == 0, f"the bench failed:\n{out}\n{err}"
-    _assert_nothing_left(proc.pid)
-    return out
-
-
-def _assert_nothing_left(pgid: int) -> None:
-    """Every process the bench started (hub, client processes) is gone."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
-    pytest.fail("the bench left processes behind")
+    return run_bench("--quick", timeout=40)
 
 
 def test_the_bench_names_the_machine(bench_output: str) -> None:
@@ -72,9 +35,7 @@ def test_the_bench_names_the_machine(bench_output: str) -> None:
 
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_the_bench_prints_each_figure_as_a_positive_number(bench_output: str, name: str) -> None:
-    match = re.search(FIGURES[name], bench_output)
-    assert match, f"no line for {name!r} in:\n{bench_output}"
-    assert float(match.group(1).replace(",", "")) > 0, match.group(0)
+    assert_positive_figure(bench_output, name, FIGURES[name])
 
 
 def test_every_fan_out_delivery_arrives_in_the_quick_run(bench_output: str) -> None:

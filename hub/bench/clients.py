@@ -23,9 +23,9 @@ import json
 import multiprocessing
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection
@@ -80,28 +80,45 @@ def _compact(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-class _Fleet:
+class FleetBase:
+    """What every fleet has: the thread its ``count`` consumers are on, what they measured,
+    and a way to connect them."""
+
     def __init__(self, url: str, count: int) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
         self.path = parts.path
         self.count = count
+        self.errors: list[str] = []
+        self.latencies = array("d")
+        self.last_at = 0.0
+        self.closing = False
+
+    async def open(
+        self, path: str, on_message: Callable[[bytes], None], gate: asyncio.Semaphore | None
+    ) -> RawConsumer:
+        """One consumer connection to ``path``; ``gate``: a bound on handshakes in flight."""
+        if gate is None:
+            return await connect(self.host, self.port, path, on_message, 60)
+        async with gate:
+            return await connect(self.host, self.port, path, on_message, 60)
+
+
+class _Fleet(FleetBase):
+    def __init__(self, url: str, count: int) -> None:
+        super().__init__(url, count)
         self.consumers = [_Consumer(self, i) for i in range(count)]
         self.snapshot_at = [0.0] * count
         self.snapshot_bytes = 0
-        self.errors: list[str] = []
         self.joined_count = 0
         self.all_joined = asyncio.Event()
-        self.latencies = array("d")
         self.first_at = 0.0
-        self.last_at = 0.0
         self.expect = 1 << 62
         self.complete = 0
         self.all_complete = asyncio.Event()
         self.lost_unjoined = 0
         self.lost_incomplete = 0
-        self.closing = False
 
     def joined(self, i: int, now: float) -> None:
         self.snapshot_at[i] = now
@@ -125,11 +142,7 @@ class _Fleet:
 
     async def connect(self, consumer: _Consumer, gate: asyncio.Semaphore | None) -> None:
         try:
-            if gate is not None:
-                async with gate:
-                    socket = await connect(self.host, self.port, self.path, consumer.on_message, 60)
-            else:
-                socket = await connect(self.host, self.port, self.path, consumer.on_message, 60)
+            socket = await self.open(self.path, consumer.on_message, gate)
         except Exception as exc:
             self.errors.append(f"connect: {exc!r}"[:200])
             self.lost_unjoined += 1
@@ -154,20 +167,46 @@ class _Fleet:
         )
 
 
-async def _command(conn: Connection, timeout: float) -> dict[str, Any]:
-    ready = await asyncio.to_thread(conn.poll, timeout)
-    if not ready:
+async def next_command(conn: Connection, timeout: float) -> dict[str, Any]:
+    """The parent's next command to a fleet worker (TimeoutError: none within ``timeout``)."""
+    if not await asyncio.to_thread(conn.poll, timeout):
         raise TimeoutError("the parent sent no command in time")
     command: dict[str, Any] = conn.recv()
     return command
 
 
-async def _run(conn: Connection, url: str, count: int, at_once: bool, timeout: float) -> None:
-    fleet = _Fleet(url, count)
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+F = TypeVar("F", bound=_Closable)
+
+
+@contextlib.asynccontextmanager
+async def serving(conn: Connection, fleet: F) -> AsyncIterator[F]:
+    """A fleet worker's run: at its end, however it ends, every consumer of ``fleet`` is closed
+    and the parent is told (if it still listens)."""
     try:
+        yield fleet
+    finally:
+        await fleet.close()
+        with contextlib.suppress(Exception):
+            conn.send({"closed": True})
+
+
+def run_worker(conn: Connection, work: Coroutine[Any, Any, None]) -> None:
+    """Run a fleet worker process's coroutine; the pipe to the parent is closed at the end."""
+    try:
+        asyncio.run(work)
+    finally:
+        conn.close()
+
+
+async def _run(conn: Connection, url: str, count: int, at_once: bool, timeout: float) -> None:
+    async with serving(conn, _Fleet(url, count)) as fleet:
         if at_once:
             conn.send({"alive": True})
-            await _command(conn, timeout)  # "go"
+            await next_command(conn, timeout)  # "go"
         gate = None if at_once else asyncio.Semaphore(CONNECT_CONCURRENCY)
         await asyncio.gather(*(fleet.connect(c, gate) for c in fleet.consumers))
         with contextlib.suppress(TimeoutError):
@@ -182,7 +221,7 @@ async def _run(conn: Connection, url: str, count: int, at_once: bool, timeout: f
             }
         )
         for _ in range(100):  # bounded: a handful of commands ever arrive
-            command = await _command(conn, timeout)
+            command = await next_command(conn, timeout)
             if command["cmd"] == "measure":
                 cpu = time.process_time()
                 fleet.expect = int(command["expect"])
@@ -204,18 +243,11 @@ async def _run(conn: Connection, url: str, count: int, at_once: bool, timeout: f
                 )
             elif command["cmd"] == "close":
                 break
-    finally:
-        await fleet.close()
-        with contextlib.suppress(Exception):
-            conn.send({"closed": True})
 
 
 def fleet_main(conn: Connection, url: str, count: int, at_once: bool, timeout: float) -> None:
     """Entry point of a fleet worker process."""
-    try:
-        asyncio.run(_run(conn, url, count, at_once, timeout))
-    finally:
-        conn.close()
+    run_worker(conn, _run(conn, url, count, at_once, timeout))
 
 
 #: A fleet worker's entry point: (pipe, url, count, at_once, timeout).

@@ -29,7 +29,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from hub.bench.clients import Agent, FleetProcess
 from hub.bench.core import build_state
@@ -80,6 +80,16 @@ class NodeWindow:
     errors: list[str]
 
 
+class _Total:
+    """A read-only attribute of a :class:`Window`: one count of its nodes, added up."""
+
+    def __init__(self, count: Callable[[NodeWindow], int]) -> None:
+        self.count = count
+
+    def __get__(self, window: Window, owner: type[Window] | None = None) -> int:
+        return sum(self.count(n) for n in window.nodes)
+
+
 @dataclass
 class Window:
     nodes: list[NodeWindow]
@@ -90,25 +100,11 @@ class Window:
     resyncs: dict[str, float]  # increase by cause, all nodes together
     errors: list[str]
 
-    @property
-    def consumers(self) -> int:
-        return sum(n.consumers for n in self.nodes)
-
-    @property
-    def deliveries(self) -> int:
-        return sum(n.deliveries for n in self.nodes)
-
-    @property
-    def complete(self) -> int:
-        return sum(n.complete for n in self.nodes)
-
-    @property
-    def every_event(self) -> int:
-        return sum(n.every_event for n in self.nodes)
-
-    @property
-    def snapshots(self) -> int:
-        return sum(n.snapshots for n in self.nodes)
+    consumers = _Total(lambda n: n.consumers)
+    deliveries = _Total(lambda n: n.deliveries)
+    complete = _Total(lambda n: n.complete)
+    every_event = _Total(lambda n: n.every_event)
+    snapshots = _Total(lambda n: n.snapshots)
 
     @property
     def hub_cpu(self) -> float:
@@ -253,6 +249,49 @@ def _increase(after: dict[str, float], before: dict[str, float]) -> dict[str, fl
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
+W = TypeVar("W", bound=Window)
+
+
+class _Meter:
+    """What is read around a window, from outside the hubs: each node's CPU time, Redis's
+    counters and CPU time, the resyncs of all nodes together."""
+
+    def __init__(self, nodes: _Nodes, redis: RedisProcess | None) -> None:
+        self.nodes = nodes
+        self.redis = redis
+        self.counters: Counters | None = None
+        self.redis_cpu = 0.0
+        self.resyncs: dict[str, float] = {}
+        self.cpu: list[float] = []
+
+    @classmethod
+    async def start(cls, nodes: _Nodes, redis: RedisProcess | None) -> _Meter:
+        meter = cls(nodes, redis)
+        meter.counters = await asyncio.to_thread(redis.counters) if redis else None
+        meter.redis_cpu = redis.cpu() if redis else 0.0
+        meter.resyncs = await asyncio.to_thread(nodes.resyncs)
+        meter.cpu = nodes.cpu()
+        return meter
+
+    async def window(self, kind: type[W], answers: list[dict[str, Any]], **measured: Any) -> W:
+        """The window of type ``kind`` the fleets' ``answers`` end: what was read since
+        :meth:`start`, and the rest of its fields (``measured``)."""
+        nodes, redis = self.nodes, self.redis
+        cpu = nodes.cpu()
+        counters = (
+            (await asyncio.to_thread(redis.counters)) - self.counters
+            if redis and self.counters
+            else None
+        )
+        return kind(
+            nodes=_node_windows(nodes, answers, self.cpu, cpu),
+            redis=counters,
+            redis_cpu=(redis.cpu() - self.redis_cpu) if redis else 0.0,
+            resyncs=_increase(await asyncio.to_thread(nodes.resyncs), self.resyncs),
+            **measured,
+        )
+
+
 async def _publish_paced(agent: Agent, rate: float, events: int, stop: float, window: int) -> int:
     """Publish up to ``events`` deltas carrying their send time, ``rate`` a second, never more
     than ``window`` frames ahead of the hub's acknowledgements and never after ``stop``; how
@@ -273,13 +312,21 @@ async def _publish_paced(agent: Agent, rate: float, events: int, stop: float, wi
     return events
 
 
-async def _settle(agent: Agent, errors: list[str]) -> int:
-    """Wait until the hub is done with every frame the agent sent; the thread's seq then."""
+async def _settle(agent: Agent) -> tuple[int, list[str]]:
+    """Wait until the hub is done with every frame the agent sent; the thread's seq then, and
+    what went wrong."""
+    errors: list[str] = []
     if not await agent.wait_all_acked(60):
         errors.append(
             f"the hub acknowledged only {agent.acked_frames} of the agent's {agent.sent} frames"
         )
-    return agent.acked_seq
+    return agent.acked_seq, errors
+
+
+async def _until(nodes: _Nodes, plan: Plan, cmd: str, target: int) -> list[dict[str, Any]]:
+    """Every fleet's answer to ``cmd`` (``wait``, ``resume``), which ends once each of its
+    consumers is at position ``target`` (or after the drain time)."""
+    return await _ask(nodes.all_fleets, plan.drain + 60, cmd=cmd, target=target, timeout=plan.drain)
 
 
 async def _fanout(
@@ -288,32 +335,20 @@ async def _fanout(
     offered = max(1, round(rate * plan.seconds))
     window = max(WINDOW_MIN, round(rate * WINDOW_SECONDS))
     await _ask(nodes.all_fleets, 60, cmd="arm", target=seq + offered)
-    counters0 = await asyncio.to_thread(redis.counters) if redis else None
-    rcpu0 = redis.cpu() if redis else 0.0
-    resyncs0 = await asyncio.to_thread(nodes.resyncs)
-    cpu0 = nodes.cpu()
+    meter = await _Meter.start(nodes, redis)
     agent_cpu0 = time.process_time()
     start = time.monotonic()
     stop = start + plan.seconds + SEND_GRACE
     sent = await _publish_paced(agent, rate, offered, stop, window)
     send_span = time.monotonic() - start
     agent_cpu = time.process_time() - agent_cpu0
-    errors: list[str] = []
-    target = await _settle(agent, errors)
-    answers = await _ask(
-        nodes.all_fleets, plan.drain + 60, cmd="wait", target=target, timeout=plan.drain
-    )
-    cpu1 = nodes.cpu()
-    counters = (
-        (await asyncio.to_thread(redis.counters)) - counters0 if redis and counters0 else None
-    )
-    return Fanout(
-        nodes=_node_windows(nodes, answers, cpu0, cpu1),
+    target, errors = await _settle(agent)
+    answers = await _until(nodes, plan, "wait", target)
+    return await meter.window(
+        Fanout,
+        answers,
         start=start,
         events=target - seq,
-        redis=counters,
-        redis_cpu=(redis.cpu() - rcpu0) if redis else 0.0,
-        resyncs=_increase(await asyncio.to_thread(nodes.resyncs), resyncs0),
         errors=errors + agent.errors,
         rate=rate,
         sent=sent,
@@ -339,35 +374,23 @@ async def _storm(
         # No send time in these (value 0): their latency is not a figure, catching up is.
         event = {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/t", "value": 0.0}]}
         await agent.publish(event)
-    errors: list[str] = []
-    target = await _settle(agent, errors)
+    target, errors = await _settle(agent)
     deadline = time.monotonic() + 30
     while (lowest := min(await asyncio.to_thread(nodes.seq))) < target:
         if time.monotonic() >= deadline:
             errors.append(f"a node still holds only seq {lowest} of {target} before the storm")
             break
         await asyncio.sleep(0.05)  # every node must hold them, so each can serve the resume
-    counters0 = await asyncio.to_thread(redis.counters) if redis else None
-    rcpu0 = redis.cpu() if redis else 0.0
-    resyncs0 = await asyncio.to_thread(nodes.resyncs)
     overflows0 = listen_overflows()
-    cpu0 = nodes.cpu()
+    meter = await _Meter.start(nodes, redis)
     start = time.monotonic()
-    answers = await _ask(
-        nodes.all_fleets, plan.drain + 60, cmd="resume", target=target, timeout=plan.drain
-    )
-    cpu1 = nodes.cpu()
+    answers = await _until(nodes, plan, "resume", target)
     overflows1 = listen_overflows()
-    counters = (
-        (await asyncio.to_thread(redis.counters)) - counters0 if redis and counters0 else None
-    )
-    return Storm(
-        nodes=_node_windows(nodes, answers, cpu0, cpu1),
+    return await meter.window(
+        Storm,
+        answers,
         start=start,
         events=target - seq,
-        redis=counters,
-        redis_cpu=(redis.cpu() - rcpu0) if redis else 0.0,
-        resyncs=_increase(await asyncio.to_thread(nodes.resyncs), resyncs0),
         errors=errors + agent.errors,
         dropped_in=dropped_in,
         listen_overflows=overflows1 - overflows0 if min(overflows0, overflows1) >= 0 else -1,

@@ -287,10 +287,16 @@ def problems(result: Result) -> list[str]:
     return found
 
 
-def _print_logs(result: Result) -> None:
+def _print_problems(result: Result) -> int:
+    """Print what went wrong in a run (its first errors, each node's log): 1 if anything did."""
+    found = problems(result)
+    if not found:
+        return 0
+    print(f"   errors: {found[:5]}")
     for name, log in result.logs.items():
         if log.strip():
             print(f"--- node {name}, end of its log:\n{log}", file=sys.stderr)
+    return 1
 
 
 def main(sizes: ClusterSizes) -> int:
@@ -329,11 +335,7 @@ def main(sizes: ClusterSizes) -> int:
     try:
         cluster = run_cluster(sizes.plan(), report, nodes)
         print(f"   (Redis: redis-server {cluster.redis_version})")
-        found = problems(cluster)
-        if found:
-            failed += 1
-            print(f"   errors: {found[:5]}")
-            _print_logs(cluster)
+        failed += _print_problems(cluster)
     except Exception:
         failed += 1
         print(f"cluster figures failed:\n{traceback.format_exc()}", file=sys.stderr)
@@ -349,11 +351,7 @@ def main(sizes: ClusterSizes) -> int:
             single = run_single(sizes.plan(processes), print_single)
             if cluster is not None:
                 print_ratios(cluster, single)
-            found = problems(single)
-            if found:
-                failed += 1
-                print(f"   errors: {found[:5]}")
-                _print_logs(single)
+            failed += _print_problems(single)
         except Exception:
             failed += 1
             print(f"single-node figures failed:\n{traceback.format_exc()}", file=sys.stderr)

@@ -32,11 +32,16 @@ import time
 from array import array
 from multiprocessing.connection import Connection
 from typing import Any
-from urllib.parse import urlsplit
 
-from hub.bench.wsclient import RawConsumer, connect
+from hub.bench.clients import (
+    CONNECT_CONCURRENCY,
+    FleetBase,
+    next_command,
+    run_worker,
+    serving,
+)
+from hub.bench.wsclient import RawConsumer
 
-CONNECT_CONCURRENCY = 64
 #: Distinct frames a fleet remembers; past that it forgets them all (and decodes again).
 FRAME_CACHE = 4096
 
@@ -118,25 +123,17 @@ class _Consumer:
             fleet.finished()
 
 
-class _Fleet:
+class _Fleet(FleetBase):
     def __init__(self, url: str, count: int) -> None:
-        parts = urlsplit(url)
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 80
-        self.path = parts.path
-        self.count = count
+        super().__init__(url, count)
         self.consumers = [_Consumer(self, i) for i in range(count)]
         self.frames: dict[bytes, Info] = {}
-        self.errors: list[str] = []
         self.error_count = 0
         self.out_of_order = 0
-        self.latencies = array("d")
-        self.last_at = 0.0
         self.target = 0
         self.done = 0
         self.lost = 0
         self.all_done = asyncio.Event()
-        self.closing = False
 
     def learn(self, data: bytes) -> Info:
         if len(self.frames) >= FRAME_CACHE:
@@ -195,11 +192,7 @@ class _Fleet:
         if consumer.seq >= 0 and consumer.epoch:
             path = f"{path}?since={consumer.seq}&epoch={consumer.epoch}"
         try:
-            if gate is None:
-                socket = await connect(self.host, self.port, path, consumer.on_message, 60)
-            else:
-                async with gate:
-                    socket = await connect(self.host, self.port, path, consumer.on_message, 60)
+            socket = await self.open(path, consumer.on_message, gate)
         except Exception as exc:
             self.error(f"connect: {exc!r}")
             consumer.socket = None
@@ -243,21 +236,13 @@ class _Fleet:
         }
 
 
-async def _command(conn: Connection, timeout: float) -> dict[str, Any]:
-    if not await asyncio.to_thread(conn.poll, timeout):
-        raise TimeoutError("the parent sent no command in time")
-    command: dict[str, Any] = conn.recv()
-    return command
-
-
 async def _wait(fleet: _Fleet, timeout: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(fleet.all_done.wait(), timeout)
 
 
 async def _run(conn: Connection, url: str, count: int, timeout: float) -> None:
-    fleet = _Fleet(url, count)
-    try:
+    async with serving(conn, _Fleet(url, count)) as fleet:
         cpu = time.process_time()
         fleet.window(0, connecting=True)  # "done" once a consumer has its join snapshot
         gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
@@ -265,7 +250,7 @@ async def _run(conn: Connection, url: str, count: int, timeout: float) -> None:
         await _wait(fleet, timeout)
         conn.send(fleet.report(cpu))
         for _ in range(1000):  # bounded: a handful of commands ever arrive
-            command = await _command(conn, timeout)
+            command = await next_command(conn, timeout)
             name = command["cmd"]
             if name == "arm":
                 fleet.window(int(command["target"]))
@@ -287,15 +272,8 @@ async def _run(conn: Connection, url: str, count: int, timeout: float) -> None:
                 conn.send(fleet.report(cpu))
             elif name == "close":
                 break
-    finally:
-        await fleet.close()
-        with contextlib.suppress(Exception):
-            conn.send({"closed": True})
 
 
 def follow_main(conn: Connection, url: str, count: int, at_once: bool, timeout: float) -> None:
     """Entry point of a fleet worker process (``at_once`` is unused: see ``resume``)."""
-    try:
-        asyncio.run(_run(conn, url, count, timeout))
-    finally:
-        conn.close()
+    run_worker(conn, _run(conn, url, count, timeout))

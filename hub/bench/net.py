@@ -174,14 +174,19 @@ class Join:
     listen_overflows: int  # system-wide TcpExt ListenOverflows increase during the join
 
 
+async def _seed(url: str, state_bytes: int) -> None:
+    """Seed the thread at ``url`` with a state of ``state_bytes``, from an agent of its own."""
+    agent = await Agent.open(f"{url}/agent")
+    try:
+        await seed_thread(agent, build_state(state_bytes))
+    finally:
+        await agent.close()
+
+
 async def join(consumers: int, processes: int, state_bytes: int) -> Join:
     with HubProcess() as hub:
         url = f"{hub.url}/v1/threads/join"
-        agent = await Agent.open(f"{url}/agent")
-        try:
-            await seed_thread(agent, build_state(state_bytes))
-        finally:
-            await agent.close()
+        await _seed(url, state_bytes)
         with fleets(url, consumers, processes, at_once=True, timeout=180) as handles:
             for answer in await receive_all(handles, 60):
                 assert answer.get("alive"), answer
@@ -227,11 +232,7 @@ class Idle:
 async def idle(consumers: int, processes: int, state_bytes: int, settle: float) -> Idle:
     with HubProcess() as hub:
         url = f"{hub.url}/v1/threads/idle"
-        agent = await Agent.open(f"{url}/agent")
-        try:
-            await seed_thread(agent, build_state(state_bytes))
-        finally:
-            await agent.close()
+        await _seed(url, state_bytes)
         # One consumer joins and leaves first, so one-time costs (code paths, the cached
         # snapshot encoding) are in the baseline, not in the per-consumer figure.
         with fleets(url, 1, 1, at_once=False, timeout=60) as handles:

@@ -8,6 +8,7 @@ SIGKILL after a grace period), always.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import http.client
 import os
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from types import TracebackType
+from typing import Self
 
 _LISTENING = re.compile(r"listening on ws://127\.0\.0\.1:(\d+)")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -89,7 +91,55 @@ LOAD_TEST_LIMITS = (
 )
 
 
-class HubProcess:
+def stop_process(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
+    """Stop ``proc`` if it still runs: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=grace)
+
+
+class ChildProcess(abc.ABC):
+    """A subprocess the benchmark starts: ``with`` starts it and always stops it (also when it
+    does not start)."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @abc.abstractmethod
+    def start(self) -> None: ...
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+
+class HubProcess(ChildProcess):
     """``with HubProcess() as hub:`` starts a hub node (load-test limits) and always stops
     it."""
 
@@ -109,29 +159,8 @@ class HubProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
 
     @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> HubProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         args = [sys.executable, "-m", self.module, "serve", "--store", self.store]
@@ -169,19 +198,10 @@ class HubProcess:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_process(proc, grace=10)
         if proc is not None and proc.stdout is not None:
             proc.stdout.close()
         self._stderr.close()
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.pid)
 
     def rss(self) -> int:
         return rss_bytes(self.pid)

@@ -17,9 +17,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
-from hub.bench.proc import cpu_seconds, die_with_parent
+from hub.bench.proc import ChildProcess, die_with_parent, stop_process
 
 #: Commands the benchmark sends itself; left out of every count.
 OWN_COMMANDS = frozenset({"info"})
@@ -85,7 +84,7 @@ def parse_info(text: str) -> Counters:
     return counters
 
 
-class RedisProcess:
+class RedisProcess(ChildProcess):
     """``with RedisProcess() as redis:`` starts a redis-server and always stops and removes it."""
 
     def __init__(self, start_timeout: float = 10.0) -> None:
@@ -98,27 +97,6 @@ class RedisProcess:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def __enter__(self) -> RedisProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start the server and wait until it answers; a port taken meanwhile is picked again."""
@@ -176,9 +154,6 @@ class RedisProcess:
     def counters(self) -> Counters:
         return parse_info(self.info("commandstats") + "\n" + self.info("stats"))
 
-    def cpu(self) -> float:
-        return cpu_seconds(self.pid)
-
     def log(self) -> str:
         if self.dir is None or not (self.dir / "redis.log").exists():
             return ""
@@ -186,15 +161,7 @@ class RedisProcess:
 
     def _stop_process(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop_process(proc, grace=5)
 
     def stop(self) -> None:
         self._stop_process()

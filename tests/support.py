@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from hub.wire.events import validate_outbound
@@ -213,3 +215,28 @@ class Mirror:
         elif event["type"] == "STATE_DELTA":
             apply_patch(self.doc, event["delta"])
         self.seq = hub["seq"]
+
+
+def require(what: str, ok: bool) -> None:
+    """Skip the test if ``ok`` is false, except under ``CI=true``, where ``.ci/run`` installs
+    what the tests need: there a skip would hide a missing install step, so it fails."""
+    if not ok:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{what} (required under CI=true)")
+        pytest.skip(what)
+
+
+def npm_ci(folder: Path, timeout: float) -> None:
+    """Install ``folder``'s locked npm packages (``npm ci``); fail with npm's output."""
+    npm = shutil.which("npm")
+    require("npm is not on PATH", npm is not None)
+    assert npm is not None
+    proc = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, f"npm ci in {folder} failed:\n{proc.stdout}\n{proc.stderr}"

@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
+from support import npm_ci, require
 
 from hub.receipts.board import board_state
 from hub.receipts.classify import classify
@@ -54,13 +54,6 @@ INSTALL_TIMEOUT_S = 300
 SUITE_TIMEOUT_S = 120
 #: Markup an operator board must show as text.
 HOSTILE = '<img src="x" onerror="window.__pwned = 1"><b>not bold</b>'
-
-
-def _require(what: str, ok: bool) -> None:
-    if not ok:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{what} (required under CI=true)")
-        pytest.skip(what)
 
 
 class DemoHub:
@@ -144,22 +137,11 @@ def board_fixture() -> dict[str, Any]:
 
 def test_the_demo_pages_work_in_chromium(tmp_path: Path) -> None:
     node = shutil.which("node")
-    _require("node is not on PATH", node is not None)
-    _require(f"no Chromium at {CHROMIUM} (apt-get install chromium)", os.access(CHROMIUM, os.X_OK))
+    require("node is not on PATH", node is not None)
+    require(f"no Chromium at {CHROMIUM} (apt-get install chromium)", os.access(CHROMIUM, os.X_OK))
     assert node is not None
     if not (HERE / "node_modules" / "playwright-core").is_dir():
-        npm = shutil.which("npm")
-        _require("npm is not on PATH", npm is not None)
-        assert npm is not None
-        install = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT_S,
-            check=False,
-        )
-        assert install.returncode == 0, f"npm ci failed:\n{install.stdout}\n{install.stderr}"
+        npm_ci(HERE, INSTALL_TIMEOUT_S)
     fixture = tmp_path / "board.json"
     fixture.write_text(json.dumps(board_fixture()))
     env = {

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import npm_ci
 
 CLIENT = Path(__file__).resolve().parents[2] / "clients" / "js"
 INSTALL_TIMEOUT_S = 300
@@ -36,7 +37,6 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
 def test_the_js_client_suite_passes() -> None:
     node = _tool("node")
     if not (CLIENT / "node_modules").is_dir():
-        proc = _run([_tool("npm"), "ci", "--no-audit", "--no-fund"], INSTALL_TIMEOUT_S)
-        assert proc.returncode == 0, f"npm ci failed:\n{proc.stdout}\n{proc.stderr}"
+        npm_ci(CLIENT, INSTALL_TIMEOUT_S)
     proc = _run([node, "--test"], TEST_TIMEOUT_S)
     assert proc.returncode == 0, f"node --test failed:\n{proc.stdout[-20000:]}\n{proc.stderr}"

@@ -306,6 +306,7 @@ class HubServer:
             return
         target = route(ws.request.path)
         admission: Admission | None = None
+        reading = asyncio.ensure_future(_client_reading(ws))
         try:
             scope = self.guard.scope_for(target.role, target.thread_id)
             admission = self.guard.admit(ws.request.headers, target.query, target.thread_id, scope)
@@ -314,7 +315,9 @@ class HubServer:
             channel = await self.hub.channel(admission.key)
             if target.role != "agent":
                 await self.hub.follow(channel)
+            await reading
         except HubError as exc:
+            reading.cancel()
             if admission is not None:
                 self.guard.leave(admission)
             with contextlib.suppress(ConnectionClosed):
@@ -543,6 +546,23 @@ class HubServer:
             if count != state.acked_frames:
                 state.acked_frames = count
                 await ws.send(encode(control.ack(channel.persisted_seq, count), encoding))
+
+
+#: Seconds a new connection's first ping may take before the hub speaks anyway.
+FIRST_PONG_TIMEOUT = 2.0
+
+
+async def _client_reading(ws: ServerConnection) -> None:
+    """Wait (bounded) for the answer to a first ping before the hub's first frame.
+
+    A frame that reaches a client in the same read as the handshake response is delivered by
+    some clients before the code awaiting the opening can attach its message handler (Node's
+    ``ws`` emits it on the next tick, before promise continuations run), and is lost there. The
+    pong proves that the client has read past the handshake, so the welcome comes in a later
+    read."""
+    with contextlib.suppress(Exception):
+        pong = await ws.ping()
+        await asyncio.wait_for(pong, FIRST_PONG_TIMEOUT)
 
 
 @dataclass

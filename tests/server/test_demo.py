@@ -77,6 +77,8 @@ async def test_people_editing_sections_do_not_stop_the_agent(hub: HubProcess) ->
     url = f"{hub.ws}/v1/threads/demo/agent"
     await asyncio.wait_for(demo_agent(url, interval=0.01, steps=3), 30)
     consumer = await Client.open(f"{hub.ws}/v1/threads/demo")
+    # Edit what the hub sent (an edit sent before the join snapshot is folded into it).
+    await consumer.recv_until(lambda e: e.get("type") == "STATE_SNAPSHOT")
     first = hub.thread("demo")["state"]["sections"][0]
     await consumer.send(
         {

@@ -146,3 +146,26 @@ def test_finished_tool_calls_of_a_streaming_message_survive_a_join() -> None:
     frames = sync_frames(thread, ConsumerView())
     (m1,) = frames[2]["messages"]
     assert m1["content"] == "" and [c["id"] for c in m1["toolCalls"]] == ["c1"]
+
+
+def test_every_reader_of_a_thread_sees_text_streamed_so_far() -> None:
+    thread = Thread("t", "e")
+    thread.publish({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
+    thread.publish({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})
+    thread.publish({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f"})
+    for part in ("Hel", "lo"):
+        thread.publish({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": part})
+        thread.publish({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": part})
+    assert thread.view()["messages"][0]["content"] == "Hello"
+    thread.publish({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "!"})
+    assert thread.input()["messages"][0]["content"] == "Hello!"
+    thread.publish({"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "?"})
+    assert thread.to_record()["messages"][1]["toolCalls"][0]["function"]["arguments"] == "Hello?"
+    thread.publish({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "!"})
+    frames = sync_frames(thread, ConsumerView())
+    content = [f["delta"] for f in frames if f["type"] == "TEXT_MESSAGE_CONTENT"]
+    args = [f["delta"] for f in frames if f["type"] == "TOOL_CALL_ARGS"]
+    assert (content, args) == (["Hello!!"], ["Hello?"])
+    rebuilt = Thread.from_record(thread.to_record())
+    rebuilt.publish({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "."})
+    assert rebuilt.messages.get("m")["content"] == "Hello!!."  # type: ignore[index]

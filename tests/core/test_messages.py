@@ -110,3 +110,68 @@ def test_tool_call_lookup_survives_a_snapshot() -> None:
     log.append_tool_args("t1", "{}")
     call = log.tool_call("t1")
     assert call is not None and call["function"]["arguments"] == "{}"
+
+
+# streamed text grows in O(delta) ---------------------------------------------------------------
+
+
+def test_streamed_text_is_kept_as_chunks_and_joined_once_when_read() -> None:
+    log = MessageLog()
+    log.start_text("a", "assistant")
+    message = log._by_id["a"]  # the live dict, read without joining
+    log.append_text("a", "x")
+    first = message["content"]
+    for _ in range(999):
+        log.append_text("a", "x")
+    # No append after the first rebuilt the string: each one only appended a chunk.
+    assert message["content"] is first
+    assert len(log._text["a"].parts) == 1000
+    assert log.get("a") == {"id": "a", "role": "assistant", "content": "x" * 1000}
+    assert not log._text  # joined once, and the chunks are gone
+    log.append_text("a", "y")
+    assert log.items[0]["content"] == "x" * 1000 + "y"
+
+
+def test_streamed_tool_arguments_are_kept_as_chunks_and_joined_once_when_read() -> None:
+    log = MessageLog()
+    log.start_tool_call("c", "search", None)
+    function = log._by_id["c"]["toolCalls"][0]["function"]
+    log.append_tool_args("c", '{"q":')
+    first = function["arguments"]
+    log.append_tool_args("c", '"x"')
+    log.append_tool_args("c", "}")
+    assert function["arguments"] is first
+    assert log.tool_call("c") == {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "search", "arguments": '{"q":"x"}'},
+    }
+    assert not log._args
+
+
+def test_every_other_change_sees_the_streamed_text_joined() -> None:
+    log = MessageLog()
+    log.start_text("a", "assistant")
+    log.start_tool_call("c", "f", "a")
+    log.append_text("a", "he")
+    log.append_text("a", "llo")
+    log.append_tool_args("c", "{")
+    log.append_tool_args("c", "}")
+    # A snapshot that keeps "a" while it streams sees what was streamed so far.
+    log.replace_all([m("u", "user", "hi")], streaming=["text:a", "tool:c"])
+    assert [(x["id"], x.get("content")) for x in log.items] == [("a", "hello"), ("u", "hi")]
+    assert log.tool_call("c")["function"]["arguments"] == "{}"  # type: ignore[index]
+    log.append_text("a", "!")
+    log.add_tool_result("t", "c", "done")
+    assert log.items[0]["content"] == "hello!"
+    assert len(log.items) == 3
+
+
+def test_appends_to_interleaved_streams_each_go_to_their_own_message() -> None:
+    log = MessageLog()
+    log.start_text("a", "assistant")
+    log.start_text("b", "reasoning")
+    for i in range(10):
+        log.append_text("a", str(i))
+        log.append_text("b", chr(ord("a") + i))
+    assert [x["content"] for x in log.items] == ["0123456789", "abcdefghij"]

@@ -46,21 +46,29 @@ def check_patch(delta: object) -> tuple[list[dict[str, Json]], list[str]]:
     kept: list[dict[str, Json]] = []
     dropped: list[str] = []
     for i, op in enumerate(delta):
-        if not isinstance(op, dict):
-            raise MalformedPatch(f"operation {i} is not an object")
-        name = op.get("op")
-        if not isinstance(name, str):
-            raise MalformedPatch(f"operation {i} has no string 'op'")
-        if name not in KNOWN_OPS:
-            dropped.append(name[:64])
-            continue
-        _check_pointer(op, "path", i)
-        if name in ("move", "copy"):
-            _check_pointer(op, "from", i)
-        if name in ("add", "replace", "test") and "value" not in op:
-            raise MalformedPatch(f"operation {i} ({name}) has no 'value'")
-        kept.append(op)
+        if check_op(i, op):
+            kept.append(op)
+        else:
+            dropped.append(op["op"][:64])
     return kept, dropped
+
+
+def check_op(i: int, op: object) -> bool:
+    """Validate operation ``i`` of a patch: True if it is kept, False if it is an unknown op
+    (dropped); raises :class:`MalformedPatch` as :func:`check_patch` does."""
+    if not isinstance(op, dict):
+        raise MalformedPatch(f"operation {i} is not an object")
+    name = op.get("op")
+    if not isinstance(name, str):
+        raise MalformedPatch(f"operation {i} has no string 'op'")
+    if name not in KNOWN_OPS:
+        return False
+    _check_pointer(op, "path", i)
+    if name in ("move", "copy"):
+        _check_pointer(op, "from", i)
+    if name in ("add", "replace", "test") and "value" not in op:
+        raise MalformedPatch(f"operation {i} ({name}) has no 'value'")
+    return True
 
 
 def _check_pointer(op: dict[str, Json], member: str, i: int) -> None:
@@ -99,6 +107,8 @@ def apply_patch(doc: Document, ops: list[dict[str, Json]]) -> None:
 
 
 def _parts(pointer: str) -> list[str]:
+    if "~" not in pointer:  # nothing escaped (check_patch screened the syntax): just split
+        return pointer.split("/")[1:]
     try:
         return list(JsonPointer(pointer).parts)
     except JsonPointerException as exc:  # pragma: no cover - check_patch screens these
@@ -198,15 +208,23 @@ def _replace(doc: Document, parts: list[str], value: Json, journal: list[Undo]) 
         raise PatchFailed(f"cannot replace in a {type(parent).__name__}")
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _own(value: Json) -> Json:
+    """A copy of ``value`` the document may own (scalars are immutable: no copy)."""
+    return value if type(value) in _SCALARS else copy.deepcopy(value)
+
+
 def _apply_one(doc: Document, op: dict[str, Json], journal: list[Undo]) -> None:
     name = op["op"]
     parts = _parts(op["path"])
     if name == "add":
-        _add(doc, parts, copy.deepcopy(op["value"]), journal)
+        _add(doc, parts, _own(op["value"]), journal)
     elif name == "remove":
         _remove(doc, parts, journal)
     elif name == "replace":
-        _replace(doc, parts, copy.deepcopy(op["value"]), journal)
+        _replace(doc, parts, _own(op["value"]), journal)
     elif name == "test":
         if not json_equal(_resolve(doc, parts), op["value"]):
             raise PatchFailed("test failed: the value differs")

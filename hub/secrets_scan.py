@@ -212,37 +212,43 @@ class SecretPolicy:
         if not isinstance(ops, list | tuple):
             return found
         for op in ops:
-            if not isinstance(op, dict):
-                continue
-            kind, path = op.get("op"), op.get("path")
-            if kind not in ("add", "replace", "move", "copy") or not isinstance(path, str):
-                continue
-            has_value = kind in ("add", "replace")
-            value = op.get("value")
-            if path:
-                last = _unescape(path.rsplit("/", 1)[-1])
-                if (not has_value or _reportable(value)) and self.matches(last):
-                    found.append(path)
-            if has_value:
-                found.extend(self.find_secret_keys(value, prefix=path))
-            if len(found) >= self.max_findings:
+            if self.scan_op(op, found):
                 return found[: self.max_findings]
         return found
+
+    def scan_op(self, op: object, found: list[str]) -> bool:
+        """One op of :meth:`scan_patch`: add its findings to ``found``; True once ``found``
+        holds ``max_findings`` (the scan stops there: keep the first ``max_findings``)."""
+        if not isinstance(op, dict):
+            return False
+        kind, path = op.get("op"), op.get("path")
+        if kind not in ("add", "replace", "move", "copy") or not isinstance(path, str):
+            return False
+        has_value = kind in ("add", "replace")
+        value = op.get("value")
+        if path:
+            last = _unescape(path.rsplit("/", 1)[-1])
+            if (not has_value or _reportable(value)) and self.matches(last):
+                found.append(path)
+        if has_value and isinstance(value, _CONTAINERS):  # a scalar holds no keys
+            found.extend(self.find_secret_keys(value, prefix=path))
+        return len(found) >= self.max_findings
 
     def check_state(self, state: object) -> list[str]:
         """By mode: ``off`` → ``[]`` (no scan); ``flag`` → the findings, to count and log;
         ``reject`` → raise :class:`~hub.errors.SecretInState` if there are any."""
         if self.mode == "off":
             return []
-        return self._judge(self.find_secret_keys(state))
+        return self.judge(self.find_secret_keys(state))
 
     def check_patch(self, ops: object) -> list[str]:
         """:meth:`check_state` for a JSON Patch."""
         if self.mode == "off":
             return []
-        return self._judge(self.scan_patch(ops))
+        return self.judge(self.scan_patch(ops))
 
-    def _judge(self, found: list[str]) -> list[str]:
+    def judge(self, found: list[str]) -> list[str]:
+        """Findings by mode: raise in ``reject`` mode if there are any; else return them."""
         if found and self.mode == "reject":
             first = found[0] if len(found[0]) <= 200 else found[0][:200] + "…"
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

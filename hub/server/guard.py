@@ -26,8 +26,9 @@ from hub.auth import (
     check_origin,
     tenant_key,
 )
+from hub.core.patch import check_op
 from hub.core.thread import Thread
-from hub.errors import LimitExceeded, PeerError
+from hub.errors import LimitExceeded, MalformedPatch, PeerError
 from hub.limits import TOO_MANY_MESSAGES, TokenBucket, check_depth, check_rate, json_size
 from hub.server.config import Config
 from hub.server.metrics import Metrics
@@ -178,11 +179,7 @@ class Guard:
             self._secrets(thread, self.secrets.check_state(event["snapshot"]))
             self._sizes[thread] = (thread.seq, json_size(event["snapshot"]))
         elif kind == "STATE_DELTA":
-            ops = event["delta"]
-            limits.check_patch(ops)
-            self._check_patch_depth(thread.state, ops)
-            self._secrets(thread, self.secrets.check_patch(ops))
-            self._check_growth(thread, ops)
+            self._check_delta(thread, event["delta"])
         elif kind == "MESSAGES_SNAPSHOT":
             limits.check_messages(len(event["messages"]))
         elif kind == "ACTIVITY_DELTA":
@@ -201,37 +198,77 @@ class Guard:
                 limit=limits.max_messages_per_thread,
             )
 
+    def _check_delta(self, thread: Thread, ops: list[dict[str, Any]]) -> None:
+        """Every check of a STATE_DELTA's ops in one walk, raising in the order they apply:
+        the op count, the depth of what each op writes, the secrets policy, the state size.
+
+        The walk also checks the patch's structure as the core does; a patch that passes is
+        handed to the thread as checked (:meth:`Thread.trust_patch`), so publishing it does
+        not walk it again. A malformed one is left to the core to refuse, as before."""
+        self.limits.check_patch(ops)
+        secrets = self.secrets
+        scan = secrets.mode != "off"
+        found: list[str] = []
+        full = False
+        grows = 0
+        wellformed = True
+        doc = thread.state
+        limit = self.limits.max_depth
+        for i, op in enumerate(ops):
+            if wellformed:
+                try:
+                    wellformed = check_op(i, op)
+                except MalformedPatch:
+                    wellformed = False
+            self._check_op_depth(doc, op, limit)
+            if scan and not full:
+                full = secrets.scan_op(op, found)
+            if "value" in op:
+                grows += json_size(op["value"])
+        if scan:
+            self._secrets(thread, secrets.judge(found[: secrets.max_findings]))
+        self._check_growth(thread, ops, grows)
+        if wellformed:
+            thread.trust_patch(ops)
+
     def _check_patch_depth(self, doc: Any, ops: list[dict[str, Any]], base: int = 0) -> None:
         """A value written deep makes the document deeper than the value is: the path's depth
         counts, and for ``copy``/``move`` the depth of what is copied from the document."""
         limit = self.limits.max_depth - base
         for op in ops:
-            path = op.get("path")
-            if not isinstance(path, str):
-                continue  # the core refuses it as malformed
-            if "value" in op:
-                value = op["value"]
-            elif op.get("op") in ("copy", "move") and isinstance(op.get("from"), str):
-                try:
-                    value = resolve_pointer(doc, op["from"], None)
-                except Exception:
-                    continue  # a malformed pointer: the core refuses the patch
-            else:
-                continue
-            if path.count("/") > limit:
-                check_depth([value], 0)  # past the limit whatever the value
-            check_depth(value, max(0, limit - path.count("/")))
+            self._check_op_depth(doc, op, limit)
 
-    def _check_growth(self, thread: Thread, ops: list[dict[str, Any]]) -> None:
+    @staticmethod
+    def _check_op_depth(doc: Any, op: dict[str, Any], limit: int) -> None:
+        path = op.get("path")
+        if not isinstance(path, str):
+            return  # the core refuses it as malformed
+        if "value" in op:
+            value = op["value"]
+        elif op.get("op") in ("copy", "move") and isinstance(op.get("from"), str):
+            try:
+                value = resolve_pointer(doc, op["from"], None)
+            except Exception:
+                return  # a malformed pointer: the core refuses the patch
+        else:
+            return
+        depth = path.count("/")
+        if depth > limit:
+            check_depth([value], 0)  # past the limit whatever the value
+        if isinstance(value, dict | list | tuple):  # a scalar is 0 deep: always within
+            check_depth(value, max(0, limit - depth))
+
+    def _check_growth(self, thread: Thread, ops: list[dict[str, Any]], grows: int) -> None:
         """The state size limit for a delta, without measuring the whole state each time: a
-        patch can grow the state by at most what its ops carry, so the hub keeps an upper
-        bound and measures exactly only when the bound passes the limit, or every
-        ``REMEASURE`` events (other nodes' deltas do not pass this node's guard)."""
+        patch can grow the state by at most what its ops carry (``grows``: the size of their
+        values), so the hub keeps an upper bound and measures exactly only when the bound
+        passes the limit, or every ``REMEASURE`` events (other nodes' deltas do not pass this
+        node's guard)."""
         limit = self.limits.max_state_bytes
         measured = self._sizes.get(thread)
         if measured is None or thread.seq - measured[0] > REMEASURE:
             measured = (thread.seq, json_size(thread.state, stop_after=limit + 1))
-        bound = measured[1] + sum(json_size(op["value"]) for op in ops if "value" in op)
+        bound = measured[1] + grows
         if bound > limit:
             bound = self._patched_size(thread, ops)  # raises state_too_large
         self._sizes[thread] = (measured[0], bound)

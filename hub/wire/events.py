@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from typing import Any
 
 import msgpack
 from ag_ui.core import Event as AguiEvent
 from ag_ui.core import EventType
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hub.errors import InvalidEvent, MalformedPatch
 
@@ -20,6 +21,13 @@ KNOWN_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
 
 def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
     """Validate one AG-UI event object and return it normalized (camelCase) with warnings.
+
+    The result is what the SDK's model dumps (``model_dump(by_alias=True, mode="json")``):
+    camelCase names, no ``null`` for absent optional fields, values as the models coerce
+    them. When that dump would equal ``obj`` exactly (names, key order, value types: the
+    usual case), ``obj`` itself is returned and the dump is skipped. ``obj`` is a decoded
+    frame (:func:`hub.wire.codec.decode`): free-form members (``value``, ``snapshot``,
+    extras...) are JSON values, which the dump passes through unchanged.
 
     Unknown JSON Patch ops in a STATE_DELTA are dropped with a warning (AG-UI's open
     operations); any other structural problem in its patch raises :class:`MalformedPatch`.
@@ -46,7 +54,113 @@ def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
         raise InvalidEvent(f"invalid {kind} at {where}: {first['msg']}") from None
     except RecursionError:
         raise InvalidEvent("the event nests too deeply") from None
+    if _dumps_as(model, obj):
+        return obj, warnings
     return model.model_dump(by_alias=True, mode="json"), warnings
+
+
+# --- is the dump the input? ---------------------------------------------------------------------
+
+#: Per model class: (dump key, attribute name, omittable) for every field, in declaration
+#: order (the dump's order); the keys that name a field otherwise (snake_case names); and the
+#: dump keys of fields the dump writes even when the input leaves them out (defaults).
+_Layout = tuple[tuple[tuple[str, str, bool], ...], frozenset[str], frozenset[str]]
+_LAYOUTS: dict[type[BaseModel], _Layout] = {}
+#: Per (model class, input keys): the fields present, or None if the dump differs in shape.
+_SHAPES: dict[tuple[type[BaseModel], tuple[str, ...]], tuple[tuple[str, str, bool], ...] | None]
+_SHAPES = {}
+_SHAPES_MAX = 4096
+_SCALARS = frozenset({str, int, float, bool})
+
+
+def _layout(cls: type[BaseModel]) -> _Layout:
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        fields = []
+        other_names: set[str] = set()
+        filled: set[str] = set()
+        for name, info in cls.model_fields.items():
+            key = info.serialization_alias or info.alias or name
+            omittable = not info.is_required() and info.default is None
+            fields.append((key, name, omittable))
+            other_names.update(n for n in (name, info.validation_alias) if isinstance(n, str))
+            if not info.is_required() and not omittable:
+                filled.add(key)
+        keys = {key for key, _, _ in fields}
+        layout = (tuple(fields), frozenset(other_names - keys), frozenset(filled))
+        _LAYOUTS[cls] = layout
+    return layout
+
+
+def _shape(cls: type[BaseModel], keys: tuple[str, ...]) -> tuple[tuple[str, str, bool], ...] | None:
+    """The fields of ``cls`` an input with ``keys`` holds, if its dump has exactly these keys
+    in this order: every field under its dump name, none the dump adds, extras last."""
+    fields, other_names, filled = _layout(cls)
+    present = set(keys)
+    if not present.isdisjoint(other_names) or not filled <= present:
+        return None
+    held = tuple(field for field in fields if field[0] in present)
+    order = [key for key, _, _ in held]
+    named = set(order)
+    order.extend(key for key in keys if key not in named)
+    return held if tuple(order) == keys else None
+
+
+def _dumps_as(model: BaseModel, raw: Any) -> bool:
+    """Whether ``model.model_dump(by_alias=True, mode="json")`` equals ``raw``, key order and
+    value types included, for a model validated from ``raw``."""
+    if type(raw) is not dict:
+        return False
+    cls = type(model)
+    keys = tuple(raw)
+    cache = (cls, keys)
+    try:
+        held = _SHAPES[cache]
+    except KeyError:
+        held = _shape(cls, keys)
+        if len(keys) <= 32 and sum(map(len, keys)) <= 512:  # hostile keys are not kept
+            if len(_SHAPES) >= _SHAPES_MAX:
+                _SHAPES.clear()
+            _SHAPES[cache] = held
+    if held is None:
+        return False
+    for key, name, omittable in held:
+        value = raw[key]
+        if value is None and omittable:
+            return False  # the dump leaves it out
+        if not _same(getattr(model, name), value):
+            return False
+    extra = model.__pydantic_extra__
+    if extra is not None and len(held) != len(keys):
+        for key in keys[len(held) :]:
+            if extra.get(key, raw) is not raw[key]:
+                return False
+    return True
+
+
+def _same(validated: Any, raw: Any) -> bool:
+    """Whether the JSON dump of a validated value equals the raw value it came from."""
+    if validated is raw:
+        return True  # kept as given (free-form: a JSON value dumps as itself)
+    kind = type(validated)
+    if kind in _SCALARS:
+        return type(raw) is kind and raw == validated
+    if validated is None:
+        return raw is None
+    if isinstance(validated, Enum):
+        value = validated.value
+        return type(raw) is type(value) and raw == value
+    if isinstance(validated, BaseModel):
+        return _dumps_as(validated, raw)
+    if kind is list:
+        return type(raw) is list and len(raw) == len(validated) and all(map(_same, validated, raw))
+    if kind is dict:
+        return (
+            type(raw) is dict
+            and list(raw) == list(validated)
+            and all(_same(validated[key], raw[key]) for key in raw)
+        )
+    return False
 
 
 def _unknown_op(op: Any) -> bool:

@@ -73,15 +73,25 @@ def encode(obj: Any, encoding: Encoding) -> str | bytes:
 
 
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+#: Every JSON number that could fall outside the 64-bit range or a double's has an exponent
+#: (which always follows a digit) or 19 digits in a row; a frame with neither is decoded
+#: without the per-number hooks (Python calls), to the same values.
+_BIG_NUMBER = re.compile(r"[0-9](?:[eE]|[0-9]{18})")
 
 
 def decode(data: str | bytes) -> dict[str, Any]:
     """Decode one frame: text is JSON, binary is msgpack. The result must be an object."""
     try:
         if isinstance(data, str):
-            obj = json.loads(
-                data, parse_constant=_reject_constant, parse_int=_json_int, parse_float=_json_float
-            )
+            if _BIG_NUMBER.search(data):
+                obj = json.loads(
+                    data,
+                    parse_constant=_reject_constant,
+                    parse_int=_json_int,
+                    parse_float=_json_float,
+                )
+            else:
+                obj = json.loads(data, parse_constant=_reject_constant)
         else:
             obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_ext, timestamp=0)
             _check_json_values(obj)

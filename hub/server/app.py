@@ -31,6 +31,7 @@ from websockets.typing import Subprotocol
 
 from hub.auth import ADMIN, WRITE, bind_allowed, is_thread_id
 from hub.core.patch import check_patch
+from hub.core.thread import Event, Outcome, Thread
 from hub.errors import (
     BadPath,
     BadSession,
@@ -55,7 +56,9 @@ from hub.server.receipts import (
     refuse_board_write,
 )
 from hub.server.static import serve_static
+from hub.server.writer import Change
 from hub.store import open_store
+from hub.store.base import seq_of
 from hub.wire import control
 from hub.wire.codec import JSON, MSGPACK, MSGPACK_SUBPROTOCOL, Encoding, Frame, decode, encode
 from hub.wire.events import parse_event
@@ -67,6 +70,8 @@ CONSUMER_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})$")
 AGENT_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/agent$")
 #: Close code telling consumers the node is draining: reconnect elsewhere with ``since``.
 CLOSE_DRAINING = 4009
+#: Frames one agent may have submitted and not had answered; past that its socket is not read.
+MAX_IN_FLIGHT = 1024
 _ids = itertools.count(1)
 
 
@@ -399,31 +404,42 @@ class HubServer:
         self, channel: Channel, outbox: Outbox, command: control.Publish
     ) -> None:
         event, _ = parse_event(command.event)
-        self.guard.check_event(channel.thread, event)
         kind = event["type"]
-        thread = channel.thread
         if kind == "STATE_DELTA":
             check_patch(event["delta"])  # a malformed edit is this consumer's error, not the run's
-        elif kind == "STATE_SNAPSHOT":
-            if command.base != thread.seq:
-                self._conflict(outbox, "the state changed since 'base'")
-                return
-        else:
+        elif kind != "STATE_SNAPSHOT":
             raise PeerError("hub.publish takes STATE_DELTA or STATE_SNAPSHOT events")
-        outcome = await self.hub.publish(channel, event)
+        guard, base = self.guard, command.base
+
+        def edit(thread: Thread) -> Outcome:
+            guard.check_event(thread, event)
+            if kind == "STATE_SNAPSHOT" and base != thread.seq:
+                # Checked on the copy the commit applies to: again after a lost race.
+                return Outcome(error=Conflict("edit rejected: the state changed since 'base'"))
+            return thread.publish(event)
+
+        outcome = await self.hub.submit(channel, edit)
         if isinstance(outcome.error, PatchFailed):
-            self._conflict(outbox, outcome.error.message)
-        elif isinstance(outcome.error, MalformedPatch | PeerError):
+            self._conflict(outbox, f"edit rejected: {outcome.error.message}")
+        elif isinstance(outcome.error, Conflict):
+            outbox.reply(Frame(control.error(outcome.error)))
+            outbox.repair("conflict")
+        elif isinstance(outcome.error, HubError):
             outbox.reply(Frame(control.error(outcome.error)))
 
-    def _conflict(self, outbox: Outbox, reason: str) -> None:
+    def _conflict(self, outbox: Outbox, message: str) -> None:
         self.hub.metrics.inc("agui_hub_events_rejected_total", code="conflict")
-        outbox.reply(Frame(control.error(Conflict(f"edit rejected: {reason}"))))
+        outbox.reply(Frame(control.error(Conflict(message))))
         outbox.repair("conflict")
 
     async def _agent(
         self, ws: ServerConnection, channel: Channel, admission: Admission, encoding: Encoding
     ) -> None:
+        """An agent's connection: frames are checked at the edge and submitted at once, without
+        waiting for the commit before the next frame is read, so the thread's writer commits
+        what arrives together in one batch. Answers (errors, acks) go out in frame order from
+        :meth:`_answer_loop`. More than ``MAX_IN_FLIGHT`` unanswered frames stop the reading
+        (TCP pushes back on the agent), as does the store falling behind."""
         hub = self.hub
         thread = channel.thread
         self.producers += 1
@@ -433,6 +449,7 @@ class HubServer:
         except Exception:
             log.exception("loading the session of thread %s failed", channel.key)
             stored = None
+        thread = channel.thread  # read after the await: what the store holds now
         welcome = control.welcome(
             thread.thread_id,
             thread.seq,
@@ -441,26 +458,29 @@ class HubServer:
             input=thread.input(),
             serviceSessionId=(stored or {}).get(sessions.SESSION_KEY),
         )
-        await ws.send(encode(welcome, encoding))
-        state = _ProducerState(thread.seq, _Peer(admission, self.guard.connection_bucket()))
-        acker = asyncio.create_task(self._ack_loop(ws, channel, state, encoding))
+        state = _ProducerState(_Peer(admission, self.guard.connection_bucket()))
+        answers = asyncio.create_task(self._answer_loop(ws, channel, state, encoding))
         try:
+            with contextlib.suppress(ConnectionClosed):  # what it sent before closing counts
+                await ws.send(encode(welcome, encoding))
             async for message in ws:
                 state.frames += 1
                 await hub.backpressure()
-                error = await self._agent_frame(channel, state, message)
-                if error is not None:
-                    await ws.send(encode(control.error(error, frame=state.frames), encoding))
-                while state.replies:
-                    await ws.send(encode(state.replies.pop(0), encoding))
+                await self._agent_frame(channel, state, message)
+                if len(state.pending) >= MAX_IN_FLIGHT:
+                    await state.pending[0][1]
         except ConnectionClosed:
             pass
         finally:
-            acker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await acker
+            # What was submitted is committed (or refused) before the run is judged.
+            if state.pending:
+                await asyncio.wait([f for _, f, _ in state.pending])
+            answers.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await answers
             self.producers -= 1
             channel.producers -= 1
+            thread = channel.thread  # a reload may have replaced the copy meanwhile
             if thread.run_id is not None and thread.run_id in state.runs:
                 await hub.abort_run(
                     channel, "the agent disconnected during the run", "agent_disconnected"
@@ -468,43 +488,45 @@ class HubServer:
 
     async def _agent_frame(
         self, channel: Channel, state: _ProducerState, message: str | bytes
-    ) -> HubError | None:
-        try:
-            return await self._agent_event(channel, state, message)
-        finally:
-            # Every frame is acknowledged once what it produced is stored, rejected ones too.
-            state.last_seq = channel.thread.seq
-            state.pending.append((state.frames, state.last_seq))
-
-    async def _agent_event(
-        self, channel: Channel, state: _ProducerState, message: str | bytes
-    ) -> HubError | None:
+    ) -> None:
+        """Check one frame at the edge and submit it (``state.pending`` gets its answer)."""
         hub = self.hub
+        reply: dict[str, Any] | None = None
         try:
             frame = decode(message)
             self.guard.check_frame(frame)
             self.guard.rate(state.peer.bucket, state.peer.admission.principal.tenant)
             if frame.get("type") == control.SESSION:
-                state.replies.append(
-                    control.custom(control.SESSION, await self._session(channel, frame))
-                )
-                return None
-            event, warnings = parse_event(frame)
-            self.guard.check_event(channel.thread, event)
+                # In order with the events before it: those are committed first.
+                await asyncio.wait([f for _, f, _ in state.pending] or [_done(Outcome())])
+                reply = control.custom(control.SESSION, await self._session(channel, frame))
+                future = _done(Outcome())
+            else:
+                event, warnings = parse_event(frame)
+                if warnings:
+                    hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
+                    log.warning("thread %s: %s", channel.key, "; ".join(warnings))
+                future = hub.submit(channel, self._publishing(event, state))
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-            await hub.abort_run(channel, exc.message, "malformed_patch")
-            return exc
+            future = hub.submit(channel, _aborting(exc))
         except (PeerError, Unavailable) as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-            return exc
-        if warnings:
-            hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
-            log.warning("thread %s: %s", channel.key, "; ".join(warnings))
-        outcome = await hub.publish(channel, event)
-        if event["type"] == "RUN_STARTED" and outcome.error is None:
-            state.runs.add(event["runId"])
-        return outcome.error
+            future = _done(Outcome(error=exc))
+        state.pending.append((state.frames, future, reply))
+        state.wake.set()
+
+    def _publishing(self, event: Event, state: _ProducerState) -> Change:
+        guard = self.guard
+
+        def publish(thread: Thread) -> Outcome:
+            guard.check_event(thread, event)
+            outcome = thread.publish(event)
+            if event["type"] == "RUN_STARTED" and outcome.error is None:
+                state.runs.add(event["runId"])
+            return outcome
+
+        return publish
 
     async def _session(self, channel: Channel, frame: dict[str, Any]) -> dict[str, Any]:
         """An agent's ``hub.session`` request (see hub.server.sessions)."""
@@ -534,17 +556,37 @@ class HubServer:
             raise Unavailable("the store is unavailable") from exc
         return sessions.export_session(channel.thread, stored)
 
-    async def _ack_loop(
+    async def _answer_loop(
         self, ws: ServerConnection, channel: Channel, state: _ProducerState, encoding: Encoding
     ) -> None:
-        """Acknowledge, every ``ack_interval``, the frames whose events the store has taken."""
+        """Answer an agent's frames in order: an error (with the frame's index) as soon as the
+        frame is settled, an acknowledgement every ``ack_interval`` for the frames whose events
+        the store holds (refused frames included: they produced nothing to wait for)."""
+        interval = self.config.ack_interval
+        loop = asyncio.get_running_loop()
+        acked_at = 0.0
         while True:
-            await asyncio.sleep(self.config.ack_interval)
-            count = state.acked_frames
-            while state.pending and state.pending[0][1] <= channel.persisted_seq:
-                count = state.pending.popleft()[0]
-            if count != state.acked_frames:
-                state.acked_frames = count
+            if state.pending and not state.pending[0][1].done():
+                await asyncio.wait([state.pending[0][1]], timeout=interval)
+            elif not state.pending:
+                state.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(state.wake.wait(), interval)
+            while state.pending and state.pending[0][1].done():
+                index, future, reply = state.pending.popleft()
+                outcome = future.result()
+                if outcome.events:
+                    state.last_seq = seq_of(outcome.events[-1])
+                if outcome.error is not None:
+                    await ws.send(encode(control.error(outcome.error, frame=index), encoding))
+                if reply is not None:
+                    await ws.send(encode(reply, encoding))
+                state.answered.append((index, state.last_seq))
+            while state.answered and state.answered[0][1] <= channel.persisted_seq:
+                state.stored_frames = state.answered.popleft()[0]
+            count = state.stored_frames
+            if count != state.acked_frames and loop.time() - acked_at >= interval:
+                state.acked_frames, acked_at = count, loop.time()
                 await ws.send(encode(control.ack(channel.persisted_seq, count), encoding))
 
 
@@ -565,6 +607,22 @@ async def _client_reading(ws: ServerConnection) -> None:
         await asyncio.wait_for(pong, FIRST_PONG_TIMEOUT)
 
 
+def _done(outcome: Outcome) -> asyncio.Future[Outcome]:
+    future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+    future.set_result(outcome)
+    return future
+
+
+def _aborting(exc: MalformedPatch) -> Change:
+    """A malformed patch is fatal to the run (AG-UI): refuse the frame and end the run."""
+
+    def abort(thread: Thread) -> Outcome:
+        event = thread.abort_run(exc.message, "malformed_patch")
+        return Outcome(events=[] if event is None else [event], error=exc)
+
+    return abort
+
+
 @dataclass
 class _Peer:
     """Who is on a connection, and its share of the event rate."""
@@ -574,13 +632,16 @@ class _Peer:
 
 
 class _ProducerState:
-    def __init__(self, seq: int, peer: _Peer) -> None:
+    def __init__(self, peer: _Peer) -> None:
         self.peer = peer
-        #: Answers to send after the frame (hub.session).
-        self.replies: list[dict[str, Any]] = []
+        #: Frames submitted and not answered yet, oldest first: (index, outcome, reply).
+        self.pending: deque[tuple[int, asyncio.Future[Outcome], dict[str, Any] | None]] = deque()
+        #: Frames answered, not yet acknowledged: (index, the last seq up to it).
+        self.answered: deque[tuple[int, int]] = deque()
+        self.wake = asyncio.Event()
         self.frames = 0
+        #: Frames whose events the store holds, and the count the agent was last told.
+        self.stored_frames = 0
         self.acked_frames = 0
-        self.last_seq = seq
+        self.last_seq = 0
         self.runs: set[str] = set()
-        #: (frames processed so far, the last seq they produced), oldest first.
-        self.pending: deque[tuple[int, int]] = deque()

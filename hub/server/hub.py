@@ -26,6 +26,7 @@ from hub.server.config import Config
 from hub.server.metrics import Metrics
 from hub.server.outbox import Outbox
 from hub.server.shared import SharedThreads
+from hub.server.writer import Change, ThreadWriter, apply_change
 from hub.server.writes import WriteQueue
 from hub.store import Store
 from hub.wire import control
@@ -80,6 +81,31 @@ class Channel:
     subscribed: bool = False
     joining: int = 0
     sub_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Shared stores: the writer's working copy, ahead of ``thread`` by the batch in flight
+    #: (see hub.server.writer); None until this node writes, or after a commit failed.
+    draft: Thread | None = None
+    writer: ThreadWriter | None = None
+
+    def draft_copy(self) -> Thread:
+        """The writer's copy, in line with the committed one (a fresh copy if it is not)."""
+        thread, draft = self.thread, self.draft
+        if draft is None or draft.seq != thread.seq or draft.epoch != thread.epoch:
+            draft = Thread.from_record(thread.to_record(), retention=1)
+            self.draft = draft
+        return draft
+
+    def advance(self, events: list[Event]) -> None:
+        """Stored events from another node (contiguous, next in seq): the committed copy takes
+        them, and the draft too while it is in line."""
+        draft = self.draft if self.draft is not None and self.draft.seq == self.thread.seq else None
+        for event in events:
+            self.thread.replay(event)
+        if draft is not None:
+            for event in events:
+                draft.replay(event)
+        else:
+            self.draft = None
+        self.persisted_seq = self.thread.seq
 
 
 class Hub:
@@ -114,6 +140,9 @@ class Hub:
         """Store what is pending, then stop. A store that is gone must not keep the process
         alive: the flush gives up after ``flush_timeout`` seconds, or after ``drain_timeout``
         seconds of the store failing."""
+        writers = [c.writer for c in self.channels.values() if c.writer is not None]
+        if writers:
+            await asyncio.gather(*(w.close(self.config.drain_timeout) for w in writers))
         for channel in self.channels.values():
             self._compact(channel)
         loop = asyncio.get_running_loop()
@@ -222,21 +251,36 @@ class Hub:
 
     # -- publishing -----------------------------------------------------------------------------
 
-    async def publish(self, channel: Channel, event: Event) -> Outcome:
-        """Sequence one validated event, fan it out, and store it.
+    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
+        """Apply ``change`` to the thread, fan out what it produced, and store it; the future
+        answers once it is committed (or refused).
 
-        On a node-local store this never waits: the event is fanned out at once and queued for
-        the store. On a shared store the store sequences it (see hub.server.shared)."""
+        On a node-local store this never waits: the change applies at once, is fanned out at
+        once and queued for the store, and the future is already done. On a shared store the
+        thread's writer commits it with whatever else is waiting (see hub.server.writer)."""
         if self.shared is not None:
-            outcome = await self.shared.commit(channel, lambda thread: thread.publish(event))
-        else:
-            outcome = channel.thread.publish(event)
-            self._accept(channel, outcome.events)
+            if channel.writer is None:
+                channel.writer = ThreadWriter(self, channel)
+            future = channel.writer.submit(change)
+            future.add_done_callback(self._count)
+            return future
+        outcome = apply_change(change, channel.thread)
+        self._accept(channel, outcome.events)
+        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        done.set_result(outcome)
+        self._count(done)
+        return done
+
+    def _count(self, future: asyncio.Future[Outcome]) -> None:
+        outcome = future.result()
         if outcome.warnings:
             self.metrics.inc("agui_hub_patch_ops_dropped_total", len(outcome.warnings))
         if outcome.error is not None:
             self.metrics.inc("agui_hub_events_rejected_total", code=outcome.error.code)
-        return outcome
+
+    async def publish(self, channel: Channel, event: Event) -> Outcome:
+        """Sequence one validated event, fan it out, and store it (see :meth:`submit`)."""
+        return await self.submit(channel, lambda thread: thread.publish(event))
 
     async def abort_run(self, channel: Channel, message: str, code: str) -> None:
         """End the open run with RUN_ERROR (its agent went away, or sent a malformed patch)."""
@@ -245,10 +289,7 @@ class Hub:
             event = thread.abort_run(message, code)
             return Outcome(events=[] if event is None else [event])
 
-        if self.shared is not None:
-            await self.shared.commit(channel, abort)
-        else:
-            self._accept(channel, abort(channel.thread).events)
+        await self.submit(channel, abort)
 
     def _accept(self, channel: Channel, events: list[Event]) -> None:
         """Node-local store: fan out now, store in order behind."""
@@ -360,6 +401,7 @@ class Hub:
     def _maybe_unload(self, channel: Channel) -> None:
         """Forget a thread nobody uses whose every event is stored; it loads again on demand."""
         in_use = channel.consumers or channel.producers or channel.unsaved or channel.subscribed
+        in_use = in_use or (channel.writer is not None and channel.writer.busy)
         if not in_use and not channel.joining and channel.persisted_seq == channel.thread.seq:
             self.channels.pop(channel.key, None)
             self.on_unload(channel.key)

@@ -1,9 +1,7 @@
 """Threads shared by several nodes through one store (Redis): the store sequences, nodes follow.
 
-A node that publishes applies the event to its copy, then appends it with a compare-and-set on
-the log's last seq. If another node got there first, this node's copy is stale: it reloads the
-thread from the store, applies the event again and retries, so a thread has one linear history
-whichever nodes its writers use. Consumers only ever see committed events.
+A node's own changes are committed by its writers (see :mod:`hub.server.writer`); what is here
+keeps the node's committed copy in line with the store, and so with every other node.
 
 Other nodes' appends arrive on the bus (at most once). Contiguous ones are applied as they
 come; a jump in seq is filled from the store's log; if the log no longer holds the gap, the
@@ -18,11 +16,9 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from hub.core.thread import Event, Outcome, Thread
-from hub.errors import StoreConflict, Unavailable
+from hub.core.thread import Event
 from hub.store.base import seq_of
 from hub.wire.codec import Frame
 
@@ -31,10 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agui_hub.shared")
 
-#: Times one publish is retried after losing the race to another node; between attempts the
-#: node waits a little (jittered, growing), so two busy writers do not keep colliding.
-MAX_ATTEMPTS = 50
-BACKOFF_CAP = 0.05
 #: Seconds a thread may be quiet on the bus before the node checks the log's head itself.
 QUIET_CHECK = 1.0
 
@@ -45,40 +37,34 @@ class SharedThreads:
         self.store = hub.store
         self.metrics = hub.metrics
 
-    # -- publishing -----------------------------------------------------------------------------
+    # -- committing (see hub.server.writer) -------------------------------------------------
 
-    async def commit(self, channel: Channel, change: Callable[[Thread], Outcome]) -> Outcome:
-        """Apply ``change`` to the thread and append what it produced, racing other nodes."""
-        async with channel.lock:
-            if channel.stale:
-                try:
-                    await self._reload(channel)
-                except Exception:
-                    return Outcome(error=Unavailable("the store is unavailable"))
-            for attempt in range(MAX_ATTEMPTS):
-                if attempt:
-                    await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2**attempt)))
-                self._apply_inbox(channel)
-                outcome = change(channel.thread)
-                if not outcome.events:
-                    return outcome
-                try:
-                    await self.store.append(channel.key, outcome.events)
-                except StoreConflict:
-                    self.metrics.inc("agui_hub_append_conflicts_total")
-                    await self._reload(channel)
-                    continue
-                except KeyError:
-                    await self._reload(channel)  # the log was lost: a new epoch
-                    continue
-                except Exception as exc:
-                    log.warning("append to thread %s failed: %s", channel.key, exc)
-                    await self._reload_or_keep(channel)
-                    return Outcome(error=Unavailable("the store could not take the event"))
-                channel.persisted_seq = channel.thread.seq
-                self.hub.fan_out(channel, outcome.events)
-                return outcome
-            return Outcome(error=Unavailable("too many concurrent writers; retry"))
+    def committed(self, channel: Channel, events: list[Event]) -> None:
+        """The store holds ``events`` (this node's batch): the committed copy takes them, and
+        they go out. Those the copy already has (read back from the log while the batch was in
+        doubt) are neither applied nor sent again."""
+        thread = channel.thread
+        new = [e for e in events if seq_of(e) > thread.seq]
+        if new and seq_of(new[0]) != thread.seq + 1:
+            channel.check_head = True  # cannot happen with one writer per node; heal anyway
+            self.schedule(channel)
+            return
+        for event in new:
+            thread.replay(event)
+        channel.persisted_seq = thread.seq
+        if new:
+            self.hub.fan_out(channel, new)
+
+    async def try_reload(self, channel: Channel) -> bool:
+        """Reload the thread from the store; False (and reload before the next commit) if the
+        store cannot be read."""
+        try:
+            await self._reload(channel)
+        except Exception as exc:
+            channel.stale = True
+            log.warning("thread %s could not be reloaded yet: %s", channel.key, exc)
+            return False
+        return True
 
     # -- following other nodes ------------------------------------------------------------------
 
@@ -102,7 +88,7 @@ class SharedThreads:
 
     async def follow(self, channel: Channel) -> None:
         async with channel.lock:
-            if not self._apply_inbox(channel):
+            if not self.apply_inbox(channel):
                 await self._fill(channel)
 
     def reconnected(self) -> None:
@@ -122,23 +108,25 @@ class SharedThreads:
                 channel.check_head = True
                 self.schedule(channel)
 
-    def _apply_inbox(self, channel: Channel) -> bool:
-        """Apply what arrived, in order. False if it shows a gap (or a head check is due)."""
+    def apply_inbox(self, channel: Channel) -> bool:
+        """Apply what arrived, in order, and send it on in one go. False if it shows a gap
+        (or a head check is due)."""
         thread = channel.thread
         applied: list[Event] = []
         gap = channel.check_head
+        seq = thread.seq
         while channel.inbox:
             event = channel.inbox.popleft()
             position = event["metadata"]["hub"]
-            if position["epoch"] != thread.epoch or position["seq"] > thread.seq + 1:
+            if position["epoch"] != thread.epoch or position["seq"] > seq + 1:
                 gap = True
                 channel.inbox.clear()
                 break
-            if position["seq"] == thread.seq + 1:
-                thread.replay(event)
+            if position["seq"] == seq + 1:
                 applied.append(event)
+                seq += 1
         if applied:
-            channel.persisted_seq = thread.seq
+            channel.advance(applied)
             self.hub.fan_out(channel, applied)
         return not gap
 
@@ -156,21 +144,12 @@ class SharedThreads:
         ):
             if events:
                 self.metrics.inc("agui_hub_gaps_filled_total")
-                for event in events:
-                    thread.replay(event)
-                channel.persisted_seq = thread.seq
+                channel.advance(events)
                 self.hub.fan_out(channel, events)
             channel.gap_cause = "gap"
             return
-        await self._reload_or_keep(channel)
+        await self.try_reload(channel)
         channel.gap_cause = "gap"
-
-    async def _reload_or_keep(self, channel: Channel) -> None:
-        try:
-            await self._reload(channel)
-        except Exception:
-            channel.stale = True  # reloaded before the next publish
-            log.warning("thread %s could not be reloaded yet", channel.key)
 
     async def _reload(self, channel: Channel) -> None:
         """Replace the node's copy with the store's, and bring local consumers along: the
@@ -181,6 +160,7 @@ class SharedThreads:
         channel.stale = False
         channel.inbox.clear()
         channel.thread = fresh
+        channel.draft = None
         channel.persisted_seq = fresh.seq
         channel.frames.clear()
         channel.sync_cache.clear()

@@ -1,0 +1,220 @@
+"""Persistence on a shared store: one writer per thread per node, committing in batches.
+
+Every change to a thread (an agent's event, a consumer's edit, a run aborted) is *submitted*
+and answered by a future. On a shared store (Redis) the thread's writer task takes everything
+submitted since its last commit, at most ``MAX_BATCH`` changes (the frames already waiting on
+the agents' sockets, and whatever arrived while the last commit was in flight), applies them
+one by one to the node's *draft* copy of the thread, and appends the events they produced in
+one script call: a compare-and-set on the first seq, all or nothing. Then, and only then:
+
+- the node's *committed* copy, the only one anybody reads (consumers' snapshots, the HTTP
+  view, an agent's welcome, compaction), replays the batch;
+- the batch is fanned out, one write per consumer;
+- each change's future is answered, in order.
+
+A change the draft refuses (a patch that fails, an event out of sequence) is refused alone,
+and the changes after it in the batch are applied as if it had never been sent. So nothing a
+peer was refused is seen, stored or built on, and a batch with one bad frame commits the rest.
+
+When the append loses the race to another node (a conflict), nothing was stored: the node
+reloads the thread and applies the same changes again on the store's history, so a thread has
+one linear history whichever nodes its writers use. When the store does not answer, the batch
+is *in doubt* (a script may have run though its reply was lost). It is not refused: the writer
+sends the same bytes again (appends are idempotent) until the store answers, and the changes
+wait, which slows their agents down. Meanwhile the committed copy serves only what is known
+to be stored. Only a change that is known not to be stored is answered ``unavailable``.
+
+On a node-local store (memory, SQLite) the node is the only writer: a change applies to the
+one copy at once, is fanned out at once, and is stored behind, in order (see :class:`Hub`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from hub.core.thread import Event, Outcome, Thread
+from hub.errors import HubError, StoreConflict, Unavailable
+from hub.store.base import seq_of
+
+if TYPE_CHECKING:
+    from hub.server.hub import Channel, Hub
+
+log = logging.getLogger("agui_hub.writer")
+
+#: A change to a thread: applied to a copy, it returns what it produced (or its error).
+Change = Callable[[Thread], Outcome]
+
+#: Changes committed in one script call, at most.
+MAX_BATCH = 256
+#: Times one batch is applied again after losing the race to another node.
+MAX_ATTEMPTS = 50
+BACKOFF_CAP = 0.05
+#: Seconds between attempts to settle a batch in doubt: doubling up to the cap.
+SETTLE_MIN = 0.05
+SETTLE_MAX = 1.0
+
+
+class _Lost(Exception):
+    """The append's outcome is unknown: the store did not answer."""
+
+
+class _Raced(Exception):
+    """The append was refused: another node appended first (or the log was lost)."""
+
+
+class _Abandoned(Exception):
+    """The node is stopping with a batch in doubt."""
+
+
+class ThreadWriter:
+    """Commits one thread's changes to the shared store, in batches, one batch at a time."""
+
+    def __init__(self, hub: Hub, channel: Channel) -> None:
+        self.hub = hub
+        self.channel = channel
+        self._queue: deque[tuple[Change, asyncio.Future[Outcome]]] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.closing = False
+
+    def submit(self, change: Change) -> asyncio.Future[Outcome]:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._queue.append((change, future))
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"writer-{self.channel.key}")
+        return future
+
+    @property
+    def busy(self) -> bool:
+        """Changes are waiting or being committed."""
+        return bool(self._queue) or (self._task is not None and not self._task.done())
+
+    async def close(self, timeout: float) -> None:
+        """Commit what is queued, for at most ``timeout`` seconds; then refuse the rest."""
+        task = self._task
+        if task is not None and not task.done():
+            done, _ = await asyncio.wait([task], timeout=timeout)
+            if not done:
+                self.closing = True
+                await asyncio.wait([task], timeout=max(1.0, SETTLE_MAX * 2))
+                task.cancel()
+        for _, future in self._queue:
+            if not future.done():
+                future.set_result(Outcome(error=Unavailable("the node is stopping")))
+        self._queue.clear()
+
+    async def _run(self) -> None:
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+            try:
+                outcomes = await self._commit([change for change, _ in batch])
+            except Exception:  # a bug: answer, never leave an agent waiting forever
+                log.exception("committing to thread %s failed", self.channel.key)
+                self.channel.draft = None  # a change may have stopped half way through it
+                outcomes = _refused([change for change, _ in batch], "internal error")
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if not future.done():
+                    future.set_result(outcome)
+
+    # -- one batch ------------------------------------------------------------------------------
+
+    async def _commit(self, changes: list[Change]) -> list[Outcome]:
+        channel = self.channel
+        shared = self.hub.shared
+        assert shared is not None
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2**attempt)))
+            async with channel.lock:
+                if channel.stale and not await shared.try_reload(channel):
+                    return _refused(changes, "the store is unavailable")
+                shared.apply_inbox(channel)
+                draft = channel.draft_copy()
+                outcomes = [apply_change(change, draft) for change in changes]
+                events = [event for outcome in outcomes for event in outcome.events]
+                if not events:
+                    return outcomes
+                try:
+                    await self._append(events)
+                except _Raced:
+                    channel.draft = None
+                    if not await shared.try_reload(channel):
+                        return _refused(changes, "the store is unavailable")
+                    continue
+                except _Lost:
+                    channel.draft = None
+                else:
+                    shared.committed(channel, events)
+                    return outcomes
+            # In doubt: settle it (outside the lock, so readers and followers go on).
+            try:
+                if await self._settle(events):
+                    return outcomes
+            except _Abandoned:
+                return _refused(changes, "the node stopped before the store answered")
+            # The store answered that it holds something else there: apply again.
+        return _refused(changes, "too many concurrent writers; retry")
+
+    async def _append(self, events: list[Event]) -> None:
+        try:
+            await self.hub.store.append(self.channel.key, events)
+        except StoreConflict as exc:
+            self.hub.metrics.inc("agui_hub_append_conflicts_total")
+            raise _Raced from exc
+        except KeyError as exc:  # the log was lost: a new epoch
+            raise _Raced from exc
+        except Exception as exc:
+            self.hub.metrics.inc("agui_hub_append_failures_total")
+            if self.hub.store_ok:
+                log.warning("append to thread %s failed (%s); retrying", self.channel.key, exc)
+            self.hub.store_ok = False
+            raise _Lost from exc
+        self.hub.store_ok = True
+
+    async def _settle(self, events: list[Event]) -> bool:
+        """Send a batch in doubt again until the store answers. True: it is stored (and
+        committed here); False: the store holds something else there, nothing of it."""
+        channel = self.channel
+        shared = self.hub.shared
+        assert shared is not None
+        delay = SETTLE_MIN
+        while True:
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, SETTLE_MAX)
+            async with channel.lock:
+                try:
+                    await self._append(events)
+                except _Lost:
+                    if self.closing:
+                        log.error(
+                            "stopping with %d event(s) of thread %s in doubt (seq %d-%d): the "
+                            "store never answered; their agents were not acknowledged",
+                            len(events), channel.key, seq_of(events[0]), seq_of(events[-1]),
+                        )  # fmt: skip
+                        raise _Abandoned from None
+                    continue
+                except _Raced:
+                    channel.draft = None
+                    await shared.try_reload(channel)
+                    return False
+                log.warning("thread %s: the store took the events in doubt", channel.key)
+                shared.committed(channel, events)
+                return True
+
+
+def apply_change(change: Change, thread: Thread) -> Outcome:
+    """``change`` applied to ``thread``; a refusal it raises is its outcome (it changed nothing)."""
+    try:
+        return change(thread)
+    except HubError as exc:  # a refusal raised rather than returned: it changed nothing
+        return Outcome(error=exc)
+
+
+def _refused(changes: list[Change], message: str) -> list[Outcome]:
+    return [Outcome(error=Unavailable(message)) for _ in changes]

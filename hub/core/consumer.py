@@ -1,8 +1,11 @@
 """Per-consumer sync state: what one consumer holds, and how to bring it back in line.
 
 The hub does not trust a consumer's copy to be right; it knows what it *sent*. A
-:class:`ConsumerView` follows the events actually written to one consumer's socket (position,
-open run, open streaming items). When that copy may have gone wrong, :func:`sync_frames`
+:class:`ConsumerView` is what was written to one consumer's socket (position, open run, open
+streaming items). Live frames are the same for every consumer of a thread, so one view per
+thread follows them and each frame carries what a consumer holds once it has it (a
+:class:`Held`); a consumer's own view is taken from the last frame it was sent, when a repair
+needs it. When that copy may have gone wrong, :func:`sync_frames`
 computes the frames that take exactly this consumer from what it holds to the thread's current
 state, in a stream the official AG-UI client accepts:
 
@@ -17,7 +20,7 @@ A fresh join is the same computation from an empty view, which yields the join p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from hub.core.thread import BY_END, BY_START, STREAMING, Event, Thread, item_key
 
@@ -36,6 +39,16 @@ CAUSES = (
 
 #: Causes after which what was sent to a consumer says nothing of what it holds.
 FORGETFUL_CAUSES = frozenset({"gap"})
+
+
+class Held(NamedTuple):
+    """A :class:`ConsumerView` as a value."""
+
+    epoch: str | None
+    seq: int
+    run_id: str | None
+    open: tuple[str, ...]
+    chunked: str | None
 
 
 class ConsumerView:
@@ -79,6 +92,19 @@ class ConsumerView:
         self.run_id = thread.run_id
         self.open = dict.fromkeys(thread.open)
         self.chunked = thread.chunked
+        self.claimed = False
+
+    def snapshot(self) -> Held:
+        """What this view holds, to hand to :meth:`take` (a value: later changes don't show)."""
+        return Held(self.epoch, self.seq, self.run_id, tuple(self.open), self.chunked)
+
+    def take(self, held: Held) -> None:
+        """Hold what ``held`` says: a consumer that was sent exactly the frames a view holding
+        it followed. So a consumer's view is derived when a repair needs it, from the last
+        frame it was sent, instead of following every event written to it."""
+        self.epoch, self.seq, self.run_id = held.epoch, held.seq, held.run_id
+        self.open = dict.fromkeys(held.open)
+        self.chunked = held.chunked
         self.claimed = False
 
     def observe(self, event: Event) -> None:

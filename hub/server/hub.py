@@ -24,7 +24,7 @@ from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError, Unavailable
 from hub.server.config import Config
 from hub.server.metrics import Metrics
-from hub.server.outbox import Outbox
+from hub.server.outbox import LiveFrame, Outbox
 from hub.server.shared import SharedThreads
 from hub.server.writer import Change, ThreadWriter, apply_change
 from hub.server.writes import WriteQueue
@@ -58,6 +58,8 @@ class Channel:
     consumers: set[Outbox] = field(default_factory=set)
     #: Recent live frames, parallel to ``thread.log``, so replays reuse their encodings.
     frames: deque[Frame] = field(default_factory=deque)
+    #: What a consumer that was sent every live frame holds (see hub.core.consumer).
+    tracker: ConsumerView = field(default_factory=ConsumerView)
     #: Repair frames at the current seq, by (view key, encoding): one encode for many joiners.
     sync_cache: dict[tuple[Any, str], list[Frame]] = field(default_factory=dict)
     sync_cache_seq: int = -1
@@ -206,6 +208,7 @@ class Hub:
         channel = Channel(thread, key, frames=deque(maxlen=thread.log.maxlen))
         channel.frames.extend(Frame(e) for e in thread.log)
         channel.persisted_seq = thread.seq
+        channel.tracker.catch_up(thread)
         return channel
 
     # -- following other nodes (shared stores) --------------------------------------------------
@@ -298,11 +301,14 @@ class Hub:
             self._write(("append", channel.key, events))
 
     def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
-        """Committed events to every consumer of the thread on this node (never waits)."""
+        """Committed events to every consumer of the thread on this node (never waits): per
+        consumer, only the queueing of bytes built once."""
+        tracker, consumers = channel.tracker, channel.consumers
         for event in events:
-            frame = Frame(event)
+            tracker.observe(event)
+            frame = LiveFrame(event, tracker.snapshot())
             channel.frames.append(frame)
-            for outbox in channel.consumers:
+            for outbox in consumers:
                 outbox.push(frame)
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from websockets.protocol import State
 
-from hub.core.consumer import ConsumerView
+from hub.core.consumer import ConsumerView, Held
 from hub.server.metrics import Metrics
 from hub.wire.codec import MSGPACK, Encoding, Frame
 from hub.wire.control import Holding
@@ -51,6 +51,17 @@ class Socket(Protocol):
 Repairer = Callable[[ConsumerView, str], list[Frame]]
 
 
+class LiveFrame(Frame):
+    """A live event's frame, with what a consumer holds once it was sent (see hub.core.consumer):
+    one value per event for all consumers, so no consumer follows the events it is sent."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, event: dict[str, Any], held: Held | None = None) -> None:
+        super().__init__(event)
+        self.held = held
+
+
 class Outbox:
     def __init__(
         self,
@@ -78,6 +89,8 @@ class Outbox:
         self._bytes = 0
         self._repair: str | None = None
         self._holding: Holding | None = None
+        #: What the consumer holds after the last live frame written to it (None: see view).
+        self._held: Held | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.closed = False
@@ -148,19 +161,19 @@ class Outbox:
     async def _send_batch(self) -> None:
         """Everything queued (up to MAX_BATCH frames) in one write: one syscall, not one each."""
         batch: list[bytes] = []
-        events = []
+        held = self._held
         while self._queue and len(batch) < MAX_BATCH:
             frame, size = self._queue.popleft()
             self._bytes -= size
             batch.append(frame.wire(self.encoding))
-            events.append(frame.event)
+            if isinstance(frame, LiveFrame) and frame.held is not None:
+                held = frame.held
         self.busy_since = asyncio.get_running_loop().time()
         await self._write_frame(b"".join(batch) if len(batch) > 1 else batch[0])
+        self._held = held
         self.busy_since = None
         self.last_sent = asyncio.get_running_loop().time()
         self.metrics.inc("agui_hub_events_out_total", len(batch))
-        for event in events:
-            self.view.observe(event)
 
     async def _write_frame(self, data: bytes) -> None:
         """Write a frame built once for all consumers straight to this connection's transport.
@@ -215,6 +228,9 @@ class Outbox:
                         cause, self._repair = self._repair, None
                         self._queue.clear()
                         self._bytes = 0
+                        if self._held is not None:
+                            self.view.take(self._held)
+                            self._held = None
                         if self._holding is not None:
                             self.view.assume(self._holding.run, self._holding.open)
                             self._holding = None
@@ -227,7 +243,8 @@ class Outbox:
                         frame, size = self._queue.popleft()
                         self._bytes -= size
                         await self._send(frame)
-                        self.view.observe(frame.event)
+                        if isinstance(frame, LiveFrame) and frame.held is not None:
+                            self._held = frame.held
         except asyncio.CancelledError:
             raise
         except Exception:  # the socket closed under us; the reader side cleans up

@@ -74,6 +74,8 @@ class SharedThreads:
         if channel is None:
             return
         channel.heard_at = time.monotonic()
+        if not events:
+            return  # this node's own append, already applied and sent
         drop = self.hub.config.test_drop_bus
         if drop and random.random() < drop:
             self.metrics.inc("agui_hub_bus_dropped_total")  # a test switch: simulated loss
@@ -134,6 +136,12 @@ class SharedThreads:
         """Fill a gap from the store's log; reload (and repair consumers) if it cannot."""
         thread = channel.thread
         try:
+            if channel.check_head and not channel.inbox:
+                head = await self.store.head(channel.key)
+                if head == (thread.seq, thread.epoch):
+                    channel.check_head = False  # quiet, and nothing was missed
+                    channel.gap_cause = "gap"
+                    return
             events = await self.store.read_log(channel.key, thread.seq)
         except Exception as exc:
             log.warning("reading thread %s from the store failed: %s", channel.key, exc)
@@ -170,6 +178,7 @@ class SharedThreads:
             self.hub.fan_out(channel, newer, count=False)
             return
         channel.frames.extend(Frame(e) for e in fresh.log)
+        channel.tracker.catch_up(fresh)
         cause = channel.gap_cause if fresh.epoch == old_epoch else "epoch_changed"
         for outbox in channel.consumers:
             outbox.repair(cause)

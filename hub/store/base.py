@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hub.wire.codec import unpack
+
 Event = dict[str, Any]
 #: Where a record stands: (seq, epoch).
 Position = tuple[int, str]
@@ -79,6 +81,16 @@ class Store(ABC):
         if stored.log and seq_of(stored.log[0]) > after + 1:
             return None
         return [e for e in stored.log if seq_of(e) > after]
+
+    async def head(self, thread_id: str) -> Position | None:
+        """Where the thread's log stands: ``(last stored seq, epoch)``, or None for an unknown
+        thread. Shared stores answer it without reading the record or any event."""
+        stored = await self.load(thread_id)
+        if stored is None:
+            return None
+        record = unpack(stored.record)
+        seq = seq_of(stored.log[-1]) if stored.log else int(record.get("seq", 0))
+        return seq, str(record.get("epoch", ""))
 
     @abstractmethod
     async def load_session(self, thread_id: str) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,8 @@ from hub.wire.codec import pack, unpack
 log = logging.getLogger("agui_hub.redis")
 
 PREFIX = "agui:"
+#: Bytes naming the node before every message an append publishes.
+ORIGIN_BYTES = 8
 #: Seconds between attempts to get the bus back: doubling from the first to the last.
 RECONNECT_MIN = 0.05
 RECONNECT_MAX = 2.0
@@ -66,11 +69,13 @@ def client_options() -> dict[str, Any]:
     }
 
 
-# KEYS: record, log, channel. ARGV: retention, then (seq, packed event) per event, seqs as
-# decimal strings. Returns {1, last seq, how many were new} when appended, {0, expected seq, i}
-# when the i-th event does not continue the log (a gap, or a seq already stored with other
+# KEYS: record, log, channel. ARGV: retention, origin, then (seq, packed event) per event, seqs
+# as decimal strings. Returns {1, last seq, how many were new} when appended, {0, expected seq,
+# i} when the i-th event does not continue the log (a gap, or a seq already stored with other
 # bytes), {-1, 0, 0} for an unknown thread. Events already stored byte for byte (a retried
-# append whose reply was lost) are accepted and neither stored nor published again.
+# append whose reply was lost) are accepted and neither stored nor published again. What is
+# published is the origin (ORIGIN_BYTES, naming the node that appended) and then one msgpack
+# array of the new events, so a node skips its own appends without decoding them.
 # Everything is checked before anything is written: a Lua script is not rolled back on error.
 APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -81,25 +86,25 @@ local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #newest > 0 then
   last = tonumber(string.match(newest[1][1], '^(%d+)-'))
 end
-local n = (#ARGV - 1) / 2
-local first = tonumber(ARGV[2])
+local n = (#ARGV - 2) / 2
+local first = tonumber(ARGV[3])
 if first < 1 or first > last + 1 then
   return {0, last + 1, 1}
 end
 for i = 2, n do
-  if tonumber(ARGV[2 * i]) ~= first + i - 1 then
+  if tonumber(ARGV[2 * i + 1]) ~= first + i - 1 then
     return {0, first + i - 1, i}
   end
 end
 local held = 0
 if first <= last then
   local upto = math.min(n, last - first + 1)
-  local entries = redis.call('XRANGE', KEYS[2], ARGV[2] .. '-0', ARGV[2 * upto] .. '-0')
+  local entries = redis.call('XRANGE', KEYS[2], ARGV[3] .. '-0', ARGV[2 * upto + 1] .. '-0')
   if #entries ~= upto then
     return {0, last + 1, 1}  -- partly trimmed away: it cannot be shown to be a replay
   end
   for i = 1, upto do
-    if entries[i][2][1] ~= 'e' or entries[i][2][2] ~= ARGV[2 * i + 1] then
+    if entries[i][2][1] ~= 'e' or entries[i][2][2] ~= ARGV[2 * i + 2] then
       return {0, last + 1, i}
     end
   end
@@ -112,8 +117,8 @@ end
 local retention = ARGV[1]
 local packed = {}
 for i = held + 1, n do
-  redis.call('XADD', KEYS[2], 'MAXLEN', retention, ARGV[2 * i] .. '-0', 'e', ARGV[2 * i + 1])
-  packed[i - held] = ARGV[2 * i + 1]
+  redis.call('XADD', KEYS[2], 'MAXLEN', retention, ARGV[2 * i + 1] .. '-0', 'e', ARGV[2 * i + 2])
+  packed[i - held] = ARGV[2 * i + 2]
 end
 local header
 if m < 16 then
@@ -124,7 +129,7 @@ else
   header = string.char(0xdd, math.floor(m / 16777216) % 256, math.floor(m / 65536) % 256,
                        math.floor(m / 256) % 256, m % 256)
 end
-redis.call('PUBLISH', KEYS[3], header .. table.concat(packed))
+redis.call('PUBLISH', KEYS[3], ARGV[2] .. header .. table.concat(packed))
 return {1, first + n - 1, m}
 """
 #: The same script for Redis Cluster: the channel is a shard channel of the thread's slot.
@@ -156,6 +161,29 @@ end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'epoch', ARGV[3])
 return 1
+"""
+
+# KEYS: record, log, meta. Where the thread stands: {last stored seq, epoch}, or false for an
+# unknown thread. Reads no record and no event (the quiet-thread check runs it every second).
+HEAD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+local last = 0
+local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #newest > 0 then
+  last = tonumber(string.match(newest[1][1], '^(%d+)-'))
+end
+return {last, redis.call('HGET', KEYS[3], 'epoch') or ''}
+"""
+
+# KEYS: record, log. ARGV: first stream id. The log from that id, without the record; false for
+# an unknown thread.
+LOG = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+return redis.call('XRANGE', KEYS[2], ARGV[1], '+')
 """
 
 # KEYS: record, log. ARGV: first stream id. The record (or false) and the log from that id.
@@ -209,6 +237,10 @@ class RedisStore(Store):
         self._create = client.register_script(CREATE)
         self._save = client.register_script(SAVE_RECORD)
         self._read = client.register_script(READ)
+        self._head = client.register_script(HEAD)
+        self._log = client.register_script(LOG)
+        #: Names this store's appends on the bus: its node skips them (see RedisBus).
+        self.origin = secrets.token_bytes(ORIGIN_BYTES)
         self._bus: RedisBus | None = None
 
     @classmethod
@@ -226,7 +258,7 @@ class RedisStore(Store):
 
     def bus(self) -> RedisBus:
         if self._bus is None:
-            self._bus = RedisBus(self.client, sharded=self.sharded)
+            self._bus = RedisBus(self.client, sharded=self.sharded, origin=self.origin)
         return self._bus
 
     async def _read_from(self, thread_id: str, first: str) -> tuple[bytes, list[Event]] | None:
@@ -242,13 +274,22 @@ class RedisStore(Store):
         return None if read is None else StoredThread(*read)
 
     async def read_log(self, thread_id: str, after: int) -> list[Event] | None:
-        read = await self._read_from(thread_id, f"{after + 1}-0")
-        if read is None:
+        record_key, log_key, _ = thread_keys(thread_id)
+        entries = await self._log(keys=[record_key, log_key], args=[f"{after + 1}-0"])
+        if entries is None:
             return None
-        events = read[1]
+        events = [unpack(fields[1]) for _, fields in entries]
         if events and seq_of(events[0]) != after + 1:
             return None  # trimmed: the log no longer reaches back that far
         return events
+
+    async def head(self, thread_id: str) -> Position | None:
+        record_key, log_key, _ = thread_keys(thread_id)
+        found = await self._head(keys=[record_key, log_key, meta_key(thread_id)])
+        if found is None:
+            return None
+        epoch = found[1]
+        return int(found[0]), epoch.decode() if isinstance(epoch, bytes) else str(epoch)
 
     async def create(self, thread_id: str, record: bytes) -> None:
         await self._do_create(thread_id, record, only_if_new=False)
@@ -272,7 +313,7 @@ class RedisStore(Store):
         keys = thread_keys(thread_id)
         if not events:
             return
-        args: list[Any] = [self.retention]
+        args: list[Any] = [self.retention, self.origin]
         for event in events:
             args += [seq_of(event), pack(event)]
         status, expected, index = await self._append(keys=list(keys), args=args)
@@ -342,9 +383,13 @@ class RedisBus(Bus):
     """Redis pub/sub, channels counted by subscriber: one connection per node on a single
     Redis; on a cluster, shard channels, one connection per cluster node that owns one."""
 
-    def __init__(self, client: Redis | RedisCluster, *, sharded: bool = False) -> None:
+    def __init__(
+        self, client: Redis | RedisCluster, *, sharded: bool = False, origin: bytes = b""
+    ) -> None:
         self.client = client
         self.sharded = sharded
+        #: This node's appends: heard (the thread is alive) but not decoded or delivered.
+        self.origin = origin
         self._refs: dict[str, int] = {}
         self._threads: dict[bytes, str] = {}
         self._connections = 0
@@ -366,7 +411,7 @@ class RedisBus(Bus):
         if isinstance(self.pubsub, ClusterPubSub):
             await self.pubsub.sunsubscribe(channel)
         else:
-            await self._unlisten(channel)
+            await self.pubsub.unsubscribe(channel)
 
     async def _next(self) -> dict[str, Any] | None:
         if isinstance(self.pubsub, ClusterPubSub):
@@ -402,7 +447,7 @@ class RedisBus(Bus):
         self._refs.pop(thread_id, None)
         channel = thread_keys(thread_id)[2]
         self._threads.pop(channel.encode(), None)
-        await self.pubsub.unsubscribe(channel)
+        await self._unlisten(channel)
 
     async def run(
         self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
@@ -435,7 +480,9 @@ class RedisBus(Bus):
                 continue
             thread_id = self._threads.get(bytes(message["channel"]))
             if thread_id is not None:
-                deliver(thread_id, unpack(message["data"]))
+                data = message["data"]
+                own = data[:ORIGIN_BYTES] == self.origin
+                deliver(thread_id, [] if own else unpack(data[ORIGIN_BYTES:]))
 
     async def _resubscribe(self) -> bool:
         """A new pub/sub connection with every channel the node follows."""

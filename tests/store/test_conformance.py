@@ -153,3 +153,25 @@ async def test_session_data_is_kept_per_thread(opener: Opener) -> None:
     assert await store.load_session("t") == {"serviceSessionId": "conv_3"}
     reopened = await opener()
     assert await reopened.load_session("u") == {"serviceSessionId": "resp_2"}
+
+
+async def test_head_says_where_the_log_stands_without_reading_it(opener: Opener) -> None:
+    store = await opener()
+    assert await store.head("nope") is None
+    await store.create("t", pack({"seq": 0, "epoch": "e"}))
+    assert await store.head("t") == (0, "e")
+    for seq in range(1, 8):  # past the retention of 5: the head is the newest kept
+        await store.append("t", [event(seq)])
+    assert await store.head("t") == (7, "e")
+
+
+async def test_read_log_gives_the_events_after_a_seq_or_none_if_trimmed(opener: Opener) -> None:
+    store = await opener()
+    assert await store.read_log("nope", 0) is None
+    await store.create("t", pack({}))
+    assert await store.read_log("t", 0) == []
+    for seq in range(1, 8):
+        await store.append("t", [event(seq)])
+    assert await store.read_log("t", 4) == [event(5), event(6), event(7)]
+    assert await store.read_log("t", 7) == []
+    assert await store.read_log("t", 1) is None  # seq 2 was trimmed away

@@ -83,7 +83,8 @@ class Outbox:
         self.ident = ident
         self.view = ConsumerView()
         self.acked = 0
-        self._queue: deque[tuple[Frame, int]] = deque()
+        #: Frames to write, oldest first (a frame's size is its cached encoding's length).
+        self._queue: deque[Frame] = deque()
         #: Hub replies to this consumer (errors); never conflated away, sent before the rest.
         self._replies: deque[Frame] = deque(maxlen=MAX_REPLIES)
         self._bytes = 0
@@ -125,7 +126,7 @@ class Outbox:
             self.metrics.inc("agui_hub_buffer_drops_total")
             self.repair("slow_consumer")
             return
-        self._queue.append((frame, size))
+        self._queue.append(frame)
         self._bytes += size
         self._wake.set()
 
@@ -162,10 +163,11 @@ class Outbox:
         """Everything queued (up to MAX_BATCH frames) in one write: one syscall, not one each."""
         batch: list[bytes] = []
         held = self._held
+        encoding = self.encoding
         while self._queue and len(batch) < MAX_BATCH:
-            frame, size = self._queue.popleft()
-            self._bytes -= size
-            batch.append(frame.wire(self.encoding))
+            frame = self._queue.popleft()
+            self._bytes -= len(frame.data(encoding))
+            batch.append(frame.wire(encoding))
             if isinstance(frame, LiveFrame) and frame.held is not None:
                 held = frame.held
         self.busy_since = asyncio.get_running_loop().time()
@@ -240,8 +242,8 @@ class Outbox:
                     elif self._direct:
                         await self._send_batch()
                     else:
-                        frame, size = self._queue.popleft()
-                        self._bytes -= size
+                        frame = self._queue.popleft()
+                        self._bytes -= len(frame.data(self.encoding))
                         await self._send(frame)
                         if isinstance(frame, LiveFrame) and frame.held is not None:
                             self._held = frame.held

@@ -14,10 +14,13 @@ code                     limit (:class:`Limits` field)         close when
 ``too_deep``             ``max_depth`` (64)                    1008  a value nests deeper
 ``too_many_ops``         ``max_patch_ops`` (1000)              1008  a patch has more ops
 ``too_many_messages``    ``max_messages_per_thread`` (10000)   1008  a thread would hold more
-``rate_limited``         ``events_per_second`` (200, burst     4029  a connection or tenant
-                         400) per connection;                        sends faster
-                         ``tenant_events_per_second`` (2000,
-                         burst 4000) per tenant
+``rate_limited``         ``edits_per_second`` (200, burst 400) 4029  a consumer sends edits
+                         per consumer connection, and the            faster
+                         tenant's events rate below
+(slowed, not refused)    ``events_per_second`` (2000, burst    -     an agent sends faster: its
+                         10000) per agent connection;                socket is not read until
+                         ``tenant_events_per_second`` (20000,        its buckets refill
+                         burst 50000) per tenant
 ``too_many_connections`` ``max_connections_per_tenant`` (1000) 4029  one connection too many
 ``too_many_threads``     ``max_threads_per_tenant`` (10000)    1008  one new thread too many
 ======================== ===================================== ===== ===========================
@@ -161,12 +164,18 @@ class Limits:
     max_depth: int = 64
     max_patch_ops: int = 1000
     max_messages_per_thread: int = 10_000
-    #: Events per second one connection may send, sustained, and the burst above it.
-    events_per_second: float = 200.0
-    events_burst: float = 400.0
-    #: Events per second all of one tenant's connections may send together, and the burst.
-    tenant_events_per_second: float = 2000.0
-    tenant_events_burst: float = 4000.0
+    #: Events per second one agent connection may send, sustained, and the burst above it. An
+    #: agent past it is slowed down (its socket is not read until the bucket refills), never
+    #: refused: a model streaming tokens fast must not lose text.
+    events_per_second: float = 2000.0
+    events_burst: float = 10_000.0
+    #: The same for all of one tenant's agent connections together.
+    tenant_events_per_second: float = 20_000.0
+    tenant_events_burst: float = 50_000.0
+    #: ``hub.publish`` edits per second one consumer connection may send, and the burst: past
+    #: it an edit is refused with ``rate_limited`` (a person's edits are not a stream).
+    edits_per_second: float = 200.0
+    edits_burst: float = 400.0
     max_connections_per_tenant: int = 1000
     max_threads_per_tenant: int = 10_000
 
@@ -175,7 +184,7 @@ class Limits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"limit {f.name} must be a positive number, got {value!r}")
-        if self.events_burst < 1 or self.tenant_events_burst < 1:
+        if self.events_burst < 1 or self.tenant_events_burst < 1 or self.edits_burst < 1:
             raise ConfigError("a burst must allow at least one event")
 
     def check_frame(self, size: int) -> None:
@@ -220,6 +229,9 @@ class Limits:
 
     def connection_bucket(self) -> TokenBucket:
         return TokenBucket(self.events_per_second, self.events_burst)
+
+    def edit_bucket(self) -> TokenBucket:
+        return TokenBucket(self.edits_per_second, self.edits_burst)
 
     def tenant_buckets(self) -> TenantBuckets:
         return TenantBuckets(self.tenant_events_per_second, self.tenant_events_burst)
@@ -300,6 +312,14 @@ def check_rate(now: float, connection: TokenBucket, tenant: TokenBucket, cost: f
     else:
         who, rate = "this tenant", tenant.rate
     raise LimitExceeded(RATE_LIMITED, f"{who} may send {rate:g} events per second", limit=rate)
+
+
+def pace(now: float, connection: TokenBucket, tenant: TokenBucket, cost: float = 1.0) -> float:
+    """Admit ``cost`` events if both buckets hold them (taking them; returns 0), else the
+    seconds to wait before asking again (taking nothing): a producer is slowed, not refused."""
+    if take_all(now, (connection, tenant), cost):
+        return 0.0
+    return max(connection.retry_after(now, cost), tenant.retry_after(now, cost), 1e-3)
 
 
 class TenantBuckets:

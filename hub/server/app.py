@@ -370,7 +370,7 @@ class HubServer:
             hub.detach(channel, outbox)
             return
         outbox.start()
-        peer = _Peer(admission, self.guard.connection_bucket())
+        peer = _Peer(admission, self.guard.edit_bucket())
         try:
             async for message in ws:
                 try:
@@ -495,7 +495,7 @@ class HubServer:
         try:
             frame = decode(message)
             self.guard.check_frame(frame)
-            self.guard.rate(state.peer.bucket, state.peer.admission.principal.tenant)
+            await self.guard.pace(state.peer.bucket, state.peer.admission.principal.tenant)
             if frame.get("type") == control.SESSION:
                 # In order with the events before it: those are committed first.
                 await asyncio.wait([f for _, f, _ in state.pending] or [_done(Outcome())])

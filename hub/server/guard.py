@@ -7,6 +7,7 @@ One :class:`Guard` per server holds the pure pieces of :mod:`hub.auth`, :mod:`hu
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import weakref
@@ -29,7 +30,14 @@ from hub.auth import (
 from hub.core.patch import check_op
 from hub.core.thread import Thread
 from hub.errors import LimitExceeded, MalformedPatch, PeerError
-from hub.limits import TOO_MANY_MESSAGES, TokenBucket, check_depth, check_rate, json_size
+from hub.limits import (
+    TOO_MANY_MESSAGES,
+    TokenBucket,
+    check_depth,
+    check_rate,
+    json_size,
+    pace,
+)
 from hub.server.config import Config
 from hub.server.metrics import Metrics
 
@@ -145,6 +153,18 @@ class Guard:
 
     def connection_bucket(self) -> TokenBucket:
         return self.limits.connection_bucket()
+
+    def edit_bucket(self) -> TokenBucket:
+        return self.limits.edit_bucket()
+
+    async def pace(self, bucket: TokenBucket, tenant: str) -> None:
+        """One event from an agent connection of ``tenant``: wait until its buckets hold it."""
+        delay = pace(time.monotonic(), bucket, self.tenant_rates.get(tenant))
+        if delay:
+            self.metrics.inc("agui_hub_paced_total")
+            while delay:
+                await asyncio.sleep(delay)
+                delay = pace(time.monotonic(), bucket, self.tenant_rates.get(tenant))
 
     def rate(self, bucket: TokenBucket, tenant: str) -> None:
         """One event from a connection of ``tenant``, or ``rate_limited``."""

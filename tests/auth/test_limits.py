@@ -21,6 +21,7 @@ from hub.limits import (
     check_rate,
     depth_of,
     json_size,
+    pace,
     take_all,
 )
 
@@ -56,8 +57,10 @@ def test_the_defaults_are_safe_for_a_public_deployment() -> None:
     assert limits.max_depth == 64
     assert limits.max_patch_ops == 1000
     assert limits.max_messages_per_thread == 10_000
-    assert (limits.events_per_second, limits.events_burst) == (200, 400)
-    assert (limits.tenant_events_per_second, limits.tenant_events_burst) == (2000, 4000)
+    # One agent may stream 2,000 events/s with bursts of 10,000 before it is slowed at all.
+    assert (limits.events_per_second, limits.events_burst) == (2000, 10_000)
+    assert (limits.tenant_events_per_second, limits.tenant_events_burst) == (20_000, 50_000)
+    assert (limits.edits_per_second, limits.edits_burst) == (200, 400)
     assert limits.max_connections_per_tenant == 1000
     assert limits.max_threads_per_tenant == 10_000
 
@@ -323,6 +326,21 @@ def test_one_tenant_bucket_is_shared_by_its_connections_and_idle_ones_are_pruned
 def test_limits_make_buckets_with_their_rates() -> None:
     bucket = Limits(events_per_second=5, events_burst=7).connection_bucket()
     assert (bucket.rate, bucket.burst) == (5, 7)
+    edits = Limits(edits_per_second=3, edits_burst=4).edit_bucket()
+    assert (edits.rate, edits.burst) == (3, 4)
+
+
+def test_pace_takes_a_token_or_says_how_long_to_wait_taking_nothing() -> None:
+    connection, tenant = TokenBucket(10, 2), TokenBucket(100, 100)
+    assert pace(0.0, connection, tenant) == 0.0
+    assert pace(0.0, connection, tenant) == 0.0
+    wait = pace(0.0, connection, tenant)
+    assert wait == pytest.approx(0.1)  # one token at 10/s
+    assert tenant.tokens(0.0) == 98  # the refused ask took nothing
+    assert pace(wait, connection, tenant) == 0.0
+    slow_tenant = TokenBucket(1, 1)
+    assert pace(0.0, TokenBucket(10, 5), slow_tenant) == 0.0
+    assert pace(0.0, TokenBucket(10, 5), slow_tenant) == pytest.approx(1.0)  # the tenant's turn
 
 
 # --- per-tenant counts -------------------------------------------------------------------------

@@ -48,6 +48,8 @@ LIMITS = {
     "events_burst": 50,
     "tenant_events_per_second": 150,
     "tenant_events_burst": 150,
+    "edits_per_second": 20,
+    "edits_burst": 20,
     "max_connections_per_tenant": 20,
     "max_threads_per_tenant": 30,
 }

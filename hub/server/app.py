@@ -514,7 +514,8 @@ class HubServer:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
             future = _done(Outcome(error=exc))
         state.pending.append((state.frames, future, reply))
-        state.wake.set()
+        if len(state.pending) == 1:
+            state.wake.set()  # the answer loop waits on the oldest only
 
     def _publishing(self, event: Event, state: _ProducerState) -> Change:
         guard = self.guard
@@ -564,14 +565,9 @@ class HubServer:
         the store holds (refused frames included: they produced nothing to wait for)."""
         interval = self.config.ack_interval
         loop = asyncio.get_running_loop()
-        acked_at = 0.0
+        acked_at = -interval
         while True:
-            if state.pending and not state.pending[0][1].done():
-                await asyncio.wait([state.pending[0][1]], timeout=interval)
-            elif not state.pending:
-                state.wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(state.wake.wait(), interval)
+            state.wake.clear()
             while state.pending and state.pending[0][1].done():
                 index, future, reply = state.pending.popleft()
                 outcome = future.result()
@@ -584,10 +580,21 @@ class HubServer:
                 state.answered.append((index, state.last_seq))
             while state.answered and state.answered[0][1] <= channel.persisted_seq:
                 state.stored_frames = state.answered.popleft()[0]
-            count = state.stored_frames
-            if count != state.acked_frames and loop.time() - acked_at >= interval:
-                state.acked_frames, acked_at = count, loop.time()
-                await ws.send(encode(control.ack(channel.persisted_seq, count), encoding))
+            if state.stored_frames != state.acked_frames:
+                wait = acked_at + interval - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)  # acknowledgements are batched
+                    continue
+                state.acked_frames, acked_at = state.stored_frames, loop.time()
+                ack = control.ack(channel.persisted_seq, state.acked_frames)
+                await ws.send(encode(ack, encoding))
+                continue
+            if state.pending:
+                state.pending[0][1].add_done_callback(state.wake_up)
+            elif state.answered:  # answered, not yet stored (node-local stores store behind)
+                await asyncio.sleep(interval)
+                continue
+            await state.wake.wait()
 
 
 #: Seconds a new connection's first ping may take before the hub speaks anyway.
@@ -638,6 +645,7 @@ class _ProducerState:
         self.pending: deque[tuple[int, asyncio.Future[Outcome], dict[str, Any] | None]] = deque()
         #: Frames answered, not yet acknowledged: (index, the last seq up to it).
         self.answered: deque[tuple[int, int]] = deque()
+        #: Set when the oldest frame may have been settled (see HubServer._answer_loop).
         self.wake = asyncio.Event()
         self.frames = 0
         #: Frames whose events the store holds, and the count the agent was last told.
@@ -645,3 +653,6 @@ class _ProducerState:
         self.acked_frames = 0
         self.last_seq = 0
         self.runs: set[str] = set()
+
+    def wake_up(self, _: object) -> None:
+        self.wake.set()

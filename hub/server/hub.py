@@ -303,13 +303,31 @@ class Hub:
     def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
         """Committed events to every consumer of the thread on this node (never waits): per
         consumer, only the queueing of bytes built once."""
-        tracker, consumers = channel.tracker, channel.consumers
+        tracker = channel.tracker
+        frames = []
         for event in events:
             tracker.observe(event)
             frame = LiveFrame(event, tracker.snapshot())
             channel.frames.append(frame)
-            for outbox in consumers:
-                outbox.push(frame)
+            frames.append(frame)
+        if not frames:
+            return
+        # The batch as bytes, built once per encoding: one write per consumer that can take it
+        # now; the others queue the frames (and their writers batch them).
+        joined: dict[Encoding, bytes] = {}
+        held = frames[-1].held if frames else None
+        written = 0
+        for outbox in channel.consumers:
+            data = joined.get(outbox.encoding)
+            if data is None:
+                data = joined[outbox.encoding] = b"".join(f.wire(outbox.encoding) for f in frames)
+            if outbox.write_now(data, held):
+                written += 1
+            else:
+                for frame in frames:
+                    outbox.push(frame)
+        if written:
+            self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
         channel.unsaved += len(events)

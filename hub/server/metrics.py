@@ -36,7 +36,8 @@ class Metrics:
         self.counters: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
 
     def inc(self, name: str, amount: int = 1, **labels: str) -> None:
-        self.counters[(name, tuple(sorted(labels.items())))] += amount
+        key = (name, tuple(sorted(labels.items())) if labels else ())
+        self.counters[key] += amount
 
     def get(self, name: str, **labels: str) -> int:
         return self.counters[(name, tuple(sorted(labels.items())))]

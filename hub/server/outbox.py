@@ -108,6 +108,7 @@ class Outbox:
         return self._bytes
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._run(), name=f"outbox-{self.ident}")
 
     async def stop(self) -> None:
@@ -116,6 +117,37 @@ class Outbox:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    def write_now(self, data: bytes, held: Held | None) -> bool:
+        """Write ``data`` (whole frames built once for every consumer) at once, from the
+        caller, if nothing is waiting for this consumer and its socket takes it without
+        buffering; True if written. Otherwise the caller queues the frames with :meth:`push`.
+
+        This is the common case, and it costs one ``write`` per consumer per batch of events:
+        no queue, no task switch."""
+        if (
+            self._queue
+            or self._replies
+            or self._repair is not None
+            or self.busy_since is not None
+            or self.closed
+            or not self._direct
+            or self._task is None
+        ):
+            return False
+        ws: Any = self.socket
+        transport = ws.transport
+        if (
+            transport.get_write_buffer_size()
+            or transport.is_closing()
+            or ws.protocol.state is not State.OPEN
+        ):
+            return False
+        transport.write(data)
+        if held is not None:
+            self._held = held
+        self.last_sent = self._loop.time()
+        return True
 
     def push(self, frame: Frame) -> None:
         """Queue one frame; never awaits. Past the limit, conflate."""

@@ -113,9 +113,11 @@ async def test_lost_bus_messages_are_filled_from_the_log(
     nodes: Callable[..., list[HubProcess]],
 ) -> None:
     (a,) = nodes(1)
-    (lossy,) = nodes(1, "--test-drop-bus", "0.3")
+    (lossy,) = nodes(1, "--test-drop-bus", "0.5")
     async with Consumer(f"{lossy.ws}/v1/threads/t") as watcher:
-        await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"k{i}", i) for i in range(100)])
+        for batch in range(20):  # one commit (one bus message) or so each
+            events = [delta(f"k{batch}-{i}", i) for i in range(5)]
+            await publish(f"{a.ws}/v1/threads/t/agent", events)
         await watcher.wait_for_seq(100, TIMEOUT)
         assert_same(watcher, a.thread("t"))
         assert lossy.metric("agui_hub_bus_dropped_total") > 0

@@ -16,8 +16,13 @@ def start_hub() -> Iterator[Callable[..., HubProcess]]:
     """Start real hub processes; every one is stopped (by its PID) at the end of the test."""
     started: list[HubProcess] = []
 
-    def start(*args: str, store: str = "memory://", port: int = 0) -> HubProcess:
-        hub = HubProcess(*args, store=store, port=port).start()
+    def start(
+        *args: str,
+        store: str = "memory://",
+        port: int = 0,
+        module: tuple[str, ...] = ("hub.server.cli",),
+    ) -> HubProcess:
+        hub = HubProcess(*args, store=store, port=port, module=module).start()
         started.append(hub)
         return hub
 

@@ -21,9 +21,18 @@ import msgpack
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from hub.wire.events import validate_outbound
+from hub.wire.events import EVENT_ADAPTER
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def validate_outbound(data: str | bytes) -> None:
+    """Strict check that a frame the hub sent is an AG-UI event (strict: no coercion)."""
+    if isinstance(data, bytes):
+        data = json.dumps(msgpack.unpackb(data, raw=False))
+    EVENT_ADAPTER.validate_json(data, strict=True)
+
+
 LISTENING = re.compile(r"listening on ws://127\.0\.0\.1:(\d+)")
 
 
@@ -36,14 +45,17 @@ class HubProcess:
         store: str = "memory://",
         port: int = 0,
         env: dict[str, str] | None = None,
+        module: tuple[str, ...] = ("hub.server.cli",),
     ):
         self.args = ["--store", store, *args]
+        #: What ``python -m`` runs: the hub's CLI, or a wrapper of it from tests/faults.
+        self.module = module
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = port
 
     def start(self, timeout: float = 15.0) -> HubProcess:
-        cmd = [sys.executable, "-m", "hub.server.cli", "serve", "--host", "127.0.0.1"]
+        cmd = [sys.executable, "-m", *self.module, "serve", "--host", "127.0.0.1"]
         cmd += ["--port", str(self.port), *self.args]
         # Output goes to a file, not a pipe: a pipe nobody reads would stall a chatty hub.
         self.log_file = tempfile.NamedTemporaryFile(prefix="agui-hub-", suffix=".log", delete=False)  # noqa: SIM115

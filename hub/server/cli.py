@@ -101,12 +101,6 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         receipts.add_argument(
             flag, type=float, default=default, metavar="S", help=f"seconds {what} ({default:g})"
         )
-    parser.add_argument(
-        "--test-drop-bus",
-        type=float,
-        default=0.0,
-        help="TESTING ONLY: drop this fraction of the bus messages from other nodes",
-    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -118,7 +112,6 @@ def _config(args: argparse.Namespace) -> Config:
         consumer_buffer=args.consumer_buffer,
         slow_timeout=args.slow_timeout,
         heartbeat=args.heartbeat,
-        test_drop_bus=args.test_drop_bus,
         auth=_auth_config(args),
         insecure=args.insecure,
         allowed_origins=parse_origin_allowlist(args.allow_origin),

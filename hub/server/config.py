@@ -40,8 +40,6 @@ class Config:
     drain_timeout: float = 3.0
     #: Pending TCP connections the listening socket queues (a reconnect storm arrives at once).
     backlog: int = 4096
-    #: Test switch: the fraction of bus messages this node drops on purpose (simulated loss).
-    test_drop_bus: float = 0.0
     #: Writes waiting for the store before producers are slowed down (backpressure).
     persist_queue: int = 10_000
     #: How tokens are verified; None: open (every caller is tenant ``default``), which the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from typing import TYPE_CHECKING
 
@@ -76,10 +75,6 @@ class SharedThreads:
         channel.heard_at = time.monotonic()
         if not events:
             return  # this node's own append, already applied and sent
-        drop = self.hub.config.test_drop_bus
-        if drop and random.random() < drop:
-            self.metrics.inc("agui_hub_bus_dropped_total")  # a test switch: simulated loss
-            return
         channel.inbox.extend(events)
         self.schedule(channel)
 

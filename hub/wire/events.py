@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from typing import Any
 
-import msgpack
 from ag_ui.core import Event as AguiEvent
 from ag_ui.core import EventType
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -165,10 +163,3 @@ def _same(validated: Any, raw: Any) -> bool:
 
 def _unknown_op(op: Any) -> bool:
     return isinstance(op, dict) and isinstance(op.get("op"), str) and op["op"] not in KNOWN_OPS
-
-
-def validate_outbound(data: str | bytes) -> None:
-    """Strict check that a frame the hub sends is an AG-UI event (used by tests)."""
-    if isinstance(data, bytes):
-        data = json.dumps(msgpack.unpackb(data, raw=False))
-    EVENT_ADAPTER.validate_json(data, strict=True)

@@ -13,9 +13,9 @@ from ag_ui.core import (
     TextMessageContentEvent,
 )
 from agui_hub_client import Consumer, Producer
+from support import validate_outbound
 
 from hub.wire.codec import MSGPACK_SUBPROTOCOL
-from hub.wire.events import validate_outbound
 
 View = Callable[[str, str], Awaitable[dict[str, Any]]]
 TIMEOUT = 10.0

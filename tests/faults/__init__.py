@@ -1,0 +1,1 @@
+"""Faults the tests inject into real hub processes, from outside the product."""

@@ -45,9 +45,11 @@ from hub.errors import (
 from hub.limits import TokenBucket
 from hub.receipts.store import ReceiptStore
 from hub.server import sessions
+from hub.server.channel import Channel
 from hub.server.config import Config
 from hub.server.guard import Admission, Guard
-from hub.server.hub import Channel, Hub
+from hub.server.hub import Hub
+from hub.server.node import Change
 from hub.server.outbox import Outbox
 from hub.server.receipts import (
     RECEIPTS_PATH,
@@ -56,7 +58,6 @@ from hub.server.receipts import (
     refuse_board_write,
 )
 from hub.server.static import serve_static
-from hub.server.writer import Change
 from hub.store import open_store
 from hub.store.base import seq_of
 from hub.wire import control

@@ -1,10 +1,11 @@
-"""The hub on one node: loaded threads, fan-out to their consumers, and persistence.
+"""The hub on one node: loaded threads, fan-out to their consumers.
 
 Everything here runs on one event loop. On a node-local store (memory, SQLite) a publish is
 synchronous from the core's answer to the last consumer's queue (no await in between), so every
 consumer sees one order; the store write follows, in order, by one persister task, and producers
-are acknowledged only for events the store has taken. On a shared store (Redis) the store
-sequences: see :mod:`hub.server.shared`.
+are acknowledged only for events the store has taken (see :mod:`hub.server.persistence`). On a
+shared store (Redis) the store sequences, and the node follows the others through its bus: see
+:mod:`hub.server.writer` and :mod:`hub.server.broker`.
 """
 
 from __future__ import annotations
@@ -16,18 +17,17 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from hub.core.consumer import ConsumerView, resume, sync_frames
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError, Unavailable
+from hub.server.broker import Broker, LocalBroker, SharedBroker
+from hub.server.channel import Channel
 from hub.server.config import Config
 from hub.server.metrics import Metrics
+from hub.server.node import Change
 from hub.server.outbox import LiveFrame, Outbox
-from hub.server.shared import SharedThreads
-from hub.server.writer import Change, ThreadWriter, apply_change
-from hub.server.writes import WriteQueue
+from hub.server.persistence import LocalPersistence, Persistence, SharedPersistence
 from hub.store import Store
 from hub.wire import control
 from hub.wire.codec import Encoding, Frame, pack, unpack
@@ -48,123 +48,52 @@ def thread_name(key: str) -> str:
     return key.rpartition("/")[2]
 
 
-@dataclass(eq=False)
-class Channel:
-    """A loaded thread, its consumers, and what is cached for them."""
-
-    thread: Thread
-    #: The thread's name in the store and on the bus: ``tenant/thread`` (see hub.auth).
-    key: str
-    consumers: set[Outbox] = field(default_factory=set)
-    #: Recent live frames, parallel to ``thread.log``, so replays reuse their encodings.
-    frames: deque[Frame] = field(default_factory=deque)
-    #: What a consumer that was sent every live frame holds (see hub.core.consumer).
-    tracker: ConsumerView = field(default_factory=ConsumerView)
-    #: Repair frames at the current seq, by (view key, encoding): one encode for many joiners.
-    sync_cache: dict[tuple[Any, str], list[Frame]] = field(default_factory=dict)
-    sync_cache_seq: int = -1
-    #: Agents connected to this thread (a thread in use is never unloaded).
-    producers: int = 0
-    persisted_seq: int = 0
-    unsaved: int = 0
-    changed_at: float = 0.0
-    # Shared stores only (see hub.server.shared): one writer at a time on this node, what
-    # arrived from other nodes, when the bus last spoke, and the task following it.
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    inbox: deque[Event] = field(default_factory=deque)
-    heard_at: float = 0.0
-    follower: asyncio.Task[None] | None = None
-    check_head: bool = False
-    #: The copy may hold an event the store never took (it failed mid-append): reload first.
-    stale: bool = False
-    #: The snapshot cause if catching up needs one: "gap", or "broker_reconnect".
-    gap_cause: str = "gap"
-    #: Subscribed to the thread's bus channel: while it has consumers (or one is joining).
-    subscribed: bool = False
-    joining: int = 0
-    sub_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: Shared stores: the writer's working copy, ahead of ``thread`` by the batch in flight
-    #: (see hub.server.writer); None until this node writes, or after a commit failed.
-    draft: Thread | None = None
-    writer: ThreadWriter | None = None
-
-    def draft_copy(self) -> Thread:
-        """The writer's copy, in line with the committed one (a fresh copy if it is not)."""
-        thread, draft = self.thread, self.draft
-        if draft is None or draft.seq != thread.seq or draft.epoch != thread.epoch:
-            draft = Thread.from_record(thread.to_record(), retention=1)
-            self.draft = draft
-        return draft
-
-    def advance(self, events: list[Event]) -> None:
-        """Stored events from another node (contiguous, next in seq): the committed copy takes
-        them, and the draft too while it is in line."""
-        draft = self.draft if self.draft is not None and self.draft.seq == self.thread.seq else None
-        for event in events:
-            self.thread.replay(event)
-        if draft is not None:
-            for event in events:
-                draft.replay(event)
-        else:
-            self.draft = None
-        self.persisted_seq = self.thread.seq
-
-
 class Hub:
+    """The node's loaded threads and their consumers. How changes reach the store is its
+    :attr:`persistence`'s business, how the node hears the others its :attr:`broker`'s."""
+
     def __init__(self, store: Store, config: Config, metrics: Metrics | None = None) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics or Metrics()
         self.channels: dict[str, Channel] = {}
         self._loading: dict[str, asyncio.Lock] = {}
-        self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
         self._tasks: list[asyncio.Task[None]] = []
-        self.store_ok = True
-        self.bus = store.bus()
-        self._background: set[asyncio.Task[None]] = set()
-        self.shared = SharedThreads(self) if store.shared else None
+        self.broker: Broker
+        self.persistence: Persistence
+        if store.shared:
+            shared = SharedBroker(self, store, self.metrics)
+            self.broker = shared
+            self.persistence = SharedPersistence(self, store, config, self.metrics, shared)
+        else:
+            self.broker = LocalBroker()
+            self.persistence = LocalPersistence(self, store, config)
         #: Called with a thread's key when it is unloaded (tenant thread counts).
         self.on_unload: Callable[[str], None] = lambda key: None
+
+    @property
+    def store_ok(self) -> bool:
+        """The store took the node's last write."""
+        return self.persistence.health.ok
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.persistence.start()
         self._tasks = [
-            asyncio.create_task(self._persister(), name="persister"),
             asyncio.create_task(self._compactor(), name="compactor"),
             asyncio.create_task(self._watchdog(), name="watchdog"),
         ]
-        if self.bus is not None and self.shared is not None:
-            bus = self.bus.run(self.shared.deliver, self.shared.reconnected)
-            self._tasks.append(asyncio.create_task(bus, name="bus"))
+        self.broker.start()
 
     async def close(self, flush_timeout: float = 30.0) -> None:
-        """Store what is pending, then stop. A store that is gone must not keep the process
-        alive: the flush gives up after ``flush_timeout`` seconds, or after ``drain_timeout``
-        seconds of the store failing."""
-        writers = [c.writer for c in self.channels.values() if c.writer is not None]
-        if writers:
-            await asyncio.gather(*(w.close(self.config.drain_timeout) for w in writers))
-        for channel in self.channels.values():
-            self._compact(channel)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        flushed = asyncio.ensure_future(self._writes.join())
-        while not flushed.done():
-            await asyncio.wait([flushed], timeout=0.1)
-            waited = loop.time() - start
-            failing = not self.store_ok and waited >= self.config.drain_timeout
-            if not flushed.done() and (failing or waited >= flush_timeout):
-                flushed.cancel()
-                log.error(
-                    "the store did not take %d pending write(s) in %.1f s; stopping without them",
-                    len(self._writes),
-                    waited,
-                )
+        """Store what is pending (see :meth:`Persistence.close`), then stop."""
+        await self.persistence.close(flush_timeout)
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.broker.close()
         await self.store.close()
 
     # -- threads --------------------------------------------------------------------------------
@@ -215,42 +144,12 @@ class Hub:
 
     async def follow(self, channel: Channel) -> None:
         """Make sure the node hears the thread's appends from other nodes before a consumer
-        attaches: subscribe to its bus channel if nobody here did yet, then catch the copy up
-        from the store (what was appended before the subscription took). Subscriptions are
-        counted by consumer: the last one to leave ends it (see :meth:`detach`)."""
-        if self.bus is None or self.shared is None:
-            return
-        channel.joining += 1
-        try:
-            async with channel.sub_lock:
-                if channel.subscribed:
-                    return
-                try:
-                    await self.bus.subscribe(channel.key)
-                except Exception as exc:
-                    raise Unavailable("the store is unavailable") from exc
-                channel.subscribed = True
-                channel.heard_at = time.monotonic()
-                await self.refresh(channel)
-        finally:
-            channel.joining -= 1
+        attaches (a no-op on node-local stores; see :meth:`Broker.follow`)."""
+        await self.broker.follow(channel)
 
     async def refresh(self, channel: Channel) -> None:
         """Bring the node's copy up to the store's head (a no-op on node-local stores)."""
-        if self.shared is not None:
-            channel.check_head = True
-            await self.shared.follow(channel)
-
-    async def _unfollow(self, channel: Channel) -> None:
-        async with channel.sub_lock:
-            if channel.consumers or channel.joining or not channel.subscribed:
-                return
-            assert self.bus is not None
-            channel.subscribed = False
-            try:
-                await self.bus.unsubscribe(channel.key)
-            except Exception as exc:  # the bus reconnect resubscribes only what is counted
-                log.warning("unsubscribing from thread %s failed: %s", channel.key, exc)
+        await self.broker.refresh(channel)
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -261,18 +160,12 @@ class Hub:
         On a node-local store this never waits: the change applies at once, is fanned out at
         once and queued for the store, and the future is already done. On a shared store the
         thread's writer commits it with whatever else is waiting (see hub.server.writer)."""
-        if self.shared is not None:
-            if channel.writer is None:
-                channel.writer = ThreadWriter(self, channel)
-            future = channel.writer.submit(change)
+        future = self.persistence.submit(channel, change)
+        if future.done():
+            self._count(future)
+        else:
             future.add_done_callback(self._count)
-            return future
-        outcome = apply_change(change, channel.thread)
-        self._accept(channel, outcome.events)
-        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        done.set_result(outcome)
-        self._count(done)
-        return done
+        return future
 
     def _count(self, future: asyncio.Future[Outcome]) -> None:
         outcome = future.result()
@@ -293,12 +186,6 @@ class Hub:
             return Outcome(events=[] if event is None else [event])
 
         await self.submit(channel, abort)
-
-    def _accept(self, channel: Channel, events: list[Event]) -> None:
-        """Node-local store: fan out now, store in order behind."""
-        if events:
-            self.fan_out(channel, events)
-            self._write(("append", channel.key, events))
 
     def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
         """Committed events to every consumer of the thread on this node (never waits): per
@@ -330,76 +217,20 @@ class Hub:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
-        channel.unsaved += len(events)
         channel.changed_at = time.monotonic()
-        if channel.unsaved >= self.config.compact_every:
-            self._compact(channel)
-
-    def _compact(self, channel: Channel) -> None:
-        if channel.unsaved:
-            channel.unsaved = 0
-            thread = channel.thread
-            position = (thread.seq, thread.epoch)
-            self._write(("record", channel.key, (pack(thread.to_record()), position)))
-
-    def _write(self, item: tuple[str, str, Any]) -> None:
-        self._writes.put(item)
+        self.persistence.changed(channel, len(events))
 
     async def backpressure(self) -> None:
         """Wait while the store is behind by ``persist_queue`` writes or more."""
-        await self._writes.wait_below()
-
-    async def _persister(self) -> None:
-        while True:
-            batch = await self._writes.take(512)
-            try:
-                await self._flush(batch)
-            finally:
-                self._writes.done()
-
-    async def _flush(self, batch: list[tuple[str, str, Any]]) -> None:
-        pending: dict[str, list[Event]] = {}
-
-        async def drain() -> None:
-            for tid, events in pending.items():
-                await self._retry(self.store.append, tid, events)
-                channel = self.channels.get(tid)
-                if channel is not None:
-                    channel.persisted_seq = max(
-                        channel.persisted_seq, events[-1]["metadata"]["hub"]["seq"]
-                    )
-            pending.clear()
-
-        for kind, thread_id, payload in batch:
-            if kind == "append":
-                pending.setdefault(thread_id, []).extend(payload)
-            else:
-                await drain()
-                await self._retry(self.store.save_record, thread_id, *payload)
-        await drain()
-
-    async def _retry(self, fn: Any, *args: Any) -> None:
-        delay = 0.05
-        while True:
-            try:
-                await fn(*args)
-            except Exception:
-                if self.store_ok:
-                    log.exception("store write failed; retrying")
-                self.store_ok = False
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            else:
-                self.store_ok = True
-                return
+        await self.persistence.backpressure()
 
     async def _compactor(self) -> None:
+        """Now and then: the records of quiet threads to the store, and idle threads unloaded."""
         while True:
             await asyncio.sleep(min(1.0, self.config.compact_seconds))
             now = time.monotonic()
             for channel in list(self.channels.values()):
-                if channel.unsaved and now - channel.changed_at >= self.config.compact_seconds:
-                    self._compact(channel)
+                self.persistence.compact_if_due(channel, now)
                 if now - channel.changed_at > UNLOAD_AFTER:
                     self._maybe_unload(channel)
 
@@ -411,8 +242,7 @@ class Hub:
             tick = min(1.0, self.config.slow_timeout / 4, self.config.heartbeat / 4)
             await asyncio.sleep(max(0.05, tick))
             now = loop.time()
-            if self.shared is not None:
-                self.shared.check_quiet(now)
+            self.broker.check_quiet(now)
             for channel in list(self.channels.values()):
                 beat: Frame | None = None
                 for outbox in list(channel.consumers):
@@ -424,10 +254,12 @@ class Hub:
 
     def _maybe_unload(self, channel: Channel) -> None:
         """Forget a thread nobody uses whose every event is stored; it loads again on demand."""
-        in_use = channel.consumers or channel.producers or channel.unsaved or channel.subscribed
-        in_use = in_use or (channel.writer is not None and channel.writer.busy)
-        if not in_use and not channel.joining and channel.persisted_seq == channel.thread.seq:
+        in_use = channel.consumers or channel.producers
+        in_use = in_use or self.persistence.busy(channel) or self.broker.busy(channel)
+        if not in_use and channel.persisted_seq == channel.thread.seq:
             self.channels.pop(channel.key, None)
+            self.persistence.unloaded(channel)
+            self.broker.unloaded(channel)
             self.on_unload(channel.key)
 
     # -- consumers ------------------------------------------------------------------------------
@@ -473,19 +305,13 @@ class Hub:
 
     def detach(self, channel: Channel, outbox: Outbox) -> None:
         channel.consumers.discard(outbox)
-        if not channel.consumers and channel.subscribed:
-            task = asyncio.create_task(self._unfollow(channel))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        if not channel.consumers:
+            self.broker.left(channel)
 
     def gauges(self) -> list[tuple[str, dict[str, str], float]]:
         gauges: list[tuple[str, dict[str, str], float]] = [
             ("agui_hub_threads", {}, float(len(self.channels))),
-            (
-                "agui_hub_bus_subscriptions",
-                {},
-                float(sum(1 for c in self.channels.values() if c.subscribed)),
-            ),
+            ("agui_hub_bus_subscriptions", {}, float(self.broker.subscriptions())),
         ]
         consumers = 0
         for channel in self.channels.values():

@@ -25,7 +25,8 @@ wait, which slows their agents down. Meanwhile the committed copy serves only wh
 to be stored. Only a change that is known not to be stored is answered ``unavailable``.
 
 On a node-local store (memory, SQLite) the node is the only writer: a change applies to the
-one copy at once, is fanned out at once, and is stored behind, in order (see :class:`Hub`).
+one copy at once, is fanned out at once, and is stored behind, in order (see
+:class:`~hub.server.persistence.LocalPersistence`).
 """
 
 from __future__ import annotations
@@ -34,20 +35,17 @@ import asyncio
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from hub.core.thread import Event, Outcome, Thread
-from hub.errors import HubError, StoreConflict, Unavailable
+from hub.core.thread import Event, Outcome
+from hub.errors import StoreConflict, Unavailable
+from hub.server.channel import Channel
+from hub.server.metrics import Metrics
+from hub.server.node import Change, StoreHealth, apply_change
+from hub.store import Store
 from hub.store.base import seq_of
 
-if TYPE_CHECKING:
-    from hub.server.hub import Channel, Hub
-
 log = logging.getLogger("agui_hub.writer")
-
-#: A change to a thread: applied to a copy, it returns what it produced (or its error).
-Change = Callable[[Thread], Outcome]
 
 #: Changes committed in one script call, at most.
 MAX_BATCH = 256
@@ -71,12 +69,35 @@ class _Abandoned(Exception):
     """The node is stopping with a batch in doubt."""
 
 
+class Follower(Protocol):
+    """What keeps the node's committed copy in line with the store (see hub.server.broker)."""
+
+    def apply_inbox(self, channel: Channel) -> bool:
+        """Apply what other nodes appended; False if it shows a gap."""
+
+    def committed(self, channel: Channel, events: list[Event]) -> None:
+        """The store holds ``events``: the committed copy takes them, and they go out."""
+
+    async def try_reload(self, channel: Channel) -> bool:
+        """Reload the thread from the store; False if the store cannot be read."""
+
+
 class ThreadWriter:
     """Commits one thread's changes to the shared store, in batches, one batch at a time."""
 
-    def __init__(self, hub: Hub, channel: Channel) -> None:
-        self.hub = hub
+    def __init__(
+        self,
+        channel: Channel,
+        store: Store,
+        metrics: Metrics,
+        follower: Follower,
+        health: StoreHealth,
+    ) -> None:
         self.channel = channel
+        self.store = store
+        self.metrics = metrics
+        self.follower = follower
+        self.health = health
         self._queue: deque[tuple[Change, asyncio.Future[Outcome]]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -126,8 +147,7 @@ class ThreadWriter:
 
     async def _commit(self, changes: list[Change]) -> list[Outcome]:
         channel = self.channel
-        shared = self.hub.shared
-        assert shared is not None
+        shared = self.follower
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2**attempt)))
@@ -163,26 +183,25 @@ class ThreadWriter:
 
     async def _append(self, events: list[Event]) -> None:
         try:
-            await self.hub.store.append(self.channel.key, events)
+            await self.store.append(self.channel.key, events)
         except StoreConflict as exc:
-            self.hub.metrics.inc("agui_hub_append_conflicts_total")
+            self.metrics.inc("agui_hub_append_conflicts_total")
             raise _Raced from exc
         except KeyError as exc:  # the log was lost: a new epoch
             raise _Raced from exc
         except Exception as exc:
-            self.hub.metrics.inc("agui_hub_append_failures_total")
-            if self.hub.store_ok:
+            self.metrics.inc("agui_hub_append_failures_total")
+            if self.health.ok:
                 log.warning("append to thread %s failed (%s); retrying", self.channel.key, exc)
-            self.hub.store_ok = False
+            self.health.ok = False
             raise _Lost from exc
-        self.hub.store_ok = True
+        self.health.ok = True
 
     async def _settle(self, events: list[Event]) -> bool:
         """Send a batch in doubt again until the store answers. True: it is stored (and
         committed here); False: the store holds something else there, nothing of it."""
         channel = self.channel
-        shared = self.hub.shared
-        assert shared is not None
+        shared = self.follower
         delay = SETTLE_MIN
         while True:
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
@@ -206,14 +225,6 @@ class ThreadWriter:
                 log.warning("thread %s: the store took the events in doubt", channel.key)
                 shared.committed(channel, events)
                 return True
-
-
-def apply_change(change: Change, thread: Thread) -> Outcome:
-    """``change`` applied to ``thread``; a refusal it raises is its outcome (it changed nothing)."""
-    try:
-        return change(thread)
-    except HubError as exc:  # a refusal raised rather than returned: it changed nothing
-        return Outcome(error=exc)
 
 
 def _refused(changes: list[Change], message: str) -> list[Outcome]:

@@ -1,0 +1,339 @@
+"""How a node hears the other nodes: one :class:`Broker`, two kinds.
+
+On a node-local store (memory, SQLite) the node is alone: :class:`LocalBroker` has nothing to
+hear and answers every question at once.
+
+On a shared store (Redis), threads are shared by several nodes through one store: the store
+sequences, nodes follow (:class:`SharedBroker`). A node's own changes are committed by its
+writers (see :mod:`hub.server.writer`); what is here keeps the node's committed copy in line
+with the store, and so with every other node.
+
+Other nodes' appends arrive on the bus (at most once). Contiguous ones are applied as they
+come; a jump in seq is filled from the store's log; if the log no longer holds the gap, the
+thread is reloaded and every local consumer of it gets a snapshot (``gap``). A log that was
+lost (a new epoch) repairs every local consumer with ``epoch_changed``. While a thread is
+quiet, the node checks the log's head now and then, so a lost last message is noticed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from hub.core.thread import Event
+from hub.errors import Unavailable
+from hub.server.channel import Channel
+from hub.server.metrics import Metrics
+from hub.server.node import Node
+from hub.store import Store
+from hub.store.base import seq_of
+from hub.wire.codec import Frame
+
+log = logging.getLogger("agui_hub.shared")
+
+#: Seconds a thread may be quiet on the bus before the node checks the log's head itself.
+QUIET_CHECK = 1.0
+
+
+class Broker:
+    """What a node asks about the other nodes writing the same threads. The answers here are
+    a node's alone (see :class:`LocalBroker`); :class:`SharedBroker` gives the others."""
+
+    def start(self) -> None:
+        """Start listening (in the background)."""
+
+    async def close(self) -> None:
+        """Stop listening."""
+
+    async def follow(self, channel: Channel) -> None:
+        """Make sure the node hears the thread's appends from other nodes before a consumer
+        attaches (see :meth:`left`)."""
+
+    async def refresh(self, channel: Channel) -> None:
+        """Bring the node's copy up to the store's head."""
+
+    def left(self, channel: Channel) -> None:
+        """The thread's last consumer on this node left."""
+
+    def check_quiet(self, now: float) -> None:
+        """Called periodically: look at the threads nothing was heard about for a while."""
+
+    def busy(self, channel: Channel) -> bool:
+        """The broker still needs the loaded thread (it must not be unloaded)."""
+        return False
+
+    def unloaded(self, channel: Channel) -> None:
+        """The thread was unloaded: forget what is kept about it."""
+
+    def subscriptions(self) -> int:
+        """Threads this node listens to."""
+        return 0
+
+
+class LocalBroker(Broker):
+    """A node-local store: the node is the only writer, there is nobody to hear."""
+
+
+@dataclass(eq=False)
+class _Following:
+    """What a node keeps about one thread it follows."""
+
+    #: What arrived from other nodes, not applied yet.
+    inbox: deque[Event] = field(default_factory=deque)
+    #: When the bus last spoke about the thread.
+    heard_at: float = 0.0
+    #: The task catching the copy up (one at a time).
+    follower: asyncio.Task[None] | None = None
+    check_head: bool = False
+    #: The snapshot cause if catching up needs one: "gap", or "broker_reconnect".
+    gap_cause: str = "gap"
+    #: Subscribed to the thread's bus channel: while it has consumers (or one is joining).
+    subscribed: bool = False
+    joining: int = 0
+    sub_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SharedBroker(Broker):
+    """A shared store: follow the other nodes' appends through the store's bus."""
+
+    def __init__(self, node: Node, store: Store, metrics: Metrics) -> None:
+        self.node = node
+        self.store = store
+        self.metrics = metrics
+        self.bus = store.bus()
+        self._following: dict[Channel, _Following] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _of(self, channel: Channel) -> _Following:
+        """What is kept about ``channel``; kept only while it is loaded (a task still at work
+        on a thread unloaded meanwhile gets a state of its own, dropped with it)."""
+        following = self._following.get(channel)
+        if following is None:
+            following = _Following()
+            if self.node.channels.get(channel.key) is channel:
+                self._following[channel] = following
+        return following
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.bus is not None:
+            bus = self.bus.run(self.deliver, self.reconnected)
+            self._task = asyncio.create_task(bus, name="bus")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def busy(self, channel: Channel) -> bool:
+        following = self._following.get(channel)
+        return following is not None and (following.subscribed or following.joining > 0)
+
+    def unloaded(self, channel: Channel) -> None:
+        self._following.pop(channel, None)
+
+    def subscriptions(self) -> int:
+        return sum(1 for following in self._following.values() if following.subscribed)
+
+    # -- subscribing ----------------------------------------------------------------------------
+
+    async def follow(self, channel: Channel) -> None:
+        """Subscribe to the thread's bus channel if nobody here did yet, then catch the copy up
+        from the store (what was appended before the subscription took). Subscriptions are
+        counted by consumer: the last one to leave ends it (see :meth:`left`)."""
+        if self.bus is None:
+            return
+        following = self._of(channel)
+        following.joining += 1
+        try:
+            async with following.sub_lock:
+                if following.subscribed:
+                    return
+                try:
+                    await self.bus.subscribe(channel.key)
+                except Exception as exc:
+                    raise Unavailable("the store is unavailable") from exc
+                following.subscribed = True
+                following.heard_at = time.monotonic()
+                await self.refresh(channel)
+        finally:
+            following.joining -= 1
+
+    def left(self, channel: Channel) -> None:
+        following = self._following.get(channel)
+        if following is not None and following.subscribed:
+            task = asyncio.create_task(self._unfollow(channel, following))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _unfollow(self, channel: Channel, following: _Following) -> None:
+        async with following.sub_lock:
+            if channel.consumers or following.joining or not following.subscribed:
+                return
+            assert self.bus is not None
+            following.subscribed = False
+            try:
+                await self.bus.unsubscribe(channel.key)
+            except Exception as exc:  # the bus reconnect resubscribes only what is counted
+                log.warning("unsubscribing from thread %s failed: %s", channel.key, exc)
+
+    async def refresh(self, channel: Channel) -> None:
+        self._of(channel).check_head = True
+        await self.catch_up(channel)
+
+    # -- committing (see hub.server.writer) -------------------------------------------------
+
+    def committed(self, channel: Channel, events: list[Event]) -> None:
+        """The store holds ``events`` (this node's batch): the committed copy takes them, and
+        they go out. Those the copy already has (read back from the log while the batch was in
+        doubt) are neither applied nor sent again."""
+        thread = channel.thread
+        new = [e for e in events if seq_of(e) > thread.seq]
+        if new and seq_of(new[0]) != thread.seq + 1:
+            self._of(channel).check_head = True  # cannot happen with one writer per node; heal
+            self.schedule(channel)
+            return
+        for event in new:
+            thread.replay(event)
+        channel.persisted_seq = thread.seq
+        if new:
+            self.node.fan_out(channel, new)
+
+    async def try_reload(self, channel: Channel) -> bool:
+        """Reload the thread from the store; False (and reload before the next commit) if the
+        store cannot be read."""
+        try:
+            await self._reload(channel)
+        except Exception as exc:
+            channel.stale = True
+            log.warning("thread %s could not be reloaded yet: %s", channel.key, exc)
+            return False
+        return True
+
+    # -- following other nodes ------------------------------------------------------------------
+
+    def deliver(self, thread_id: str, events: list[Event]) -> None:
+        """A bus message (called by the bus reader; never blocks)."""
+        channel = self.node.channels.get(thread_id)
+        if channel is None:
+            return
+        following = self._of(channel)
+        following.heard_at = time.monotonic()
+        if not events:
+            return  # this node's own append, already applied and sent
+        following.inbox.extend(events)
+        self.schedule(channel)
+
+    def schedule(self, channel: Channel) -> None:
+        """Bring the channel up to date soon (one task at a time per channel)."""
+        following = self._of(channel)
+        if following.follower is None or following.follower.done():
+            following.follower = asyncio.create_task(self.catch_up(channel))
+
+    async def catch_up(self, channel: Channel) -> None:
+        async with channel.lock:
+            if not self.apply_inbox(channel):
+                await self._fill(channel)
+
+    def reconnected(self) -> None:
+        """The bus was lost and is back: catch every thread up from the store; where the log
+        cannot prove nothing was missed, its consumers get a snapshot (broker_reconnect)."""
+        self.metrics.inc("agui_hub_bus_reconnects_total")
+        for channel in list(self.node.channels.values()):
+            following = self._of(channel)
+            following.check_head = True
+            following.gap_cause = "broker_reconnect"
+            self.schedule(channel)
+
+    def check_quiet(self, now: float) -> None:
+        """Look at the log's head of threads quiet on the bus."""
+        for channel in list(self.node.channels.values()):
+            following = self._of(channel)
+            if channel.consumers and now - following.heard_at >= QUIET_CHECK:
+                following.heard_at = now
+                following.check_head = True
+                self.schedule(channel)
+
+    def apply_inbox(self, channel: Channel) -> bool:
+        """Apply what arrived, in order, and send it on in one go. False if it shows a gap
+        (or a head check is due)."""
+        following = self._of(channel)
+        thread = channel.thread
+        applied: list[Event] = []
+        gap = following.check_head
+        seq = thread.seq
+        inbox = following.inbox
+        while inbox:
+            event = inbox.popleft()
+            position = event["metadata"]["hub"]
+            if position["epoch"] != thread.epoch or position["seq"] > seq + 1:
+                gap = True
+                inbox.clear()
+                break
+            if position["seq"] == seq + 1:
+                applied.append(event)
+                seq += 1
+        if applied:
+            channel.advance(applied)
+            self.node.fan_out(channel, applied)
+        return not gap
+
+    async def _fill(self, channel: Channel) -> None:
+        """Fill a gap from the store's log; reload (and repair consumers) if it cannot."""
+        following = self._of(channel)
+        thread = channel.thread
+        try:
+            if following.check_head and not following.inbox:
+                head = await self.store.head(channel.key)
+                if head == (thread.seq, thread.epoch):
+                    following.check_head = False  # quiet, and nothing was missed
+                    following.gap_cause = "gap"
+                    return
+            events = await self.store.read_log(channel.key, thread.seq)
+        except Exception as exc:
+            log.warning("reading thread %s from the store failed: %s", channel.key, exc)
+            return  # check_head stays set: the next check tries again
+        following.check_head = False
+        if events is not None and all(
+            e["metadata"]["hub"]["epoch"] == thread.epoch for e in events
+        ):
+            if events:
+                self.metrics.inc("agui_hub_gaps_filled_total")
+                channel.advance(events)
+                self.node.fan_out(channel, events)
+            following.gap_cause = "gap"
+            return
+        await self.try_reload(channel)
+        following.gap_cause = "gap"
+
+    async def _reload(self, channel: Channel) -> None:
+        """Replace the node's copy with the store's, and bring local consumers along: the
+        events they miss if the new log holds them, else a snapshot (gap or epoch_changed)."""
+        following = self._of(channel)
+        committed = channel.persisted_seq
+        old_epoch = channel.thread.epoch
+        fresh = await self.node.load_thread(channel.key)
+        channel.stale = False
+        following.inbox.clear()
+        channel.thread = fresh
+        channel.draft = None
+        channel.persisted_seq = fresh.seq
+        channel.frames.clear()
+        channel.sync_cache.clear()
+        newer = fresh.since(committed) if fresh.epoch == old_epoch else None
+        if newer is not None:
+            channel.frames.extend(Frame(e) for e in fresh.log if seq_of(e) <= committed)
+            self.node.fan_out(channel, newer, count=False)
+            return
+        channel.frames.extend(Frame(e) for e in fresh.log)
+        channel.tracker.catch_up(fresh)
+        cause = following.gap_cause if fresh.epoch == old_epoch else "epoch_changed"
+        for outbox in channel.consumers:
+            outbox.repair(cause)

@@ -1,0 +1,70 @@
+"""A loaded thread on one node: its committed copy, its consumers, and what is cached for them.
+
+A :class:`Channel` is plain state. The hub fans out through it (:mod:`hub.server.hub`), the
+persistence layer writes from it (:mod:`hub.server.persistence`), and the broker keeps its copy
+in line with other nodes (:mod:`hub.server.broker`); each keeps its own bookkeeping about a
+channel itself, so this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from hub.core.consumer import ConsumerView
+from hub.core.thread import Event, Thread
+from hub.server.outbox import Outbox
+from hub.wire.codec import Frame
+
+
+@dataclass(eq=False)
+class Channel:
+    """A loaded thread, its consumers, and what is cached for them."""
+
+    thread: Thread
+    #: The thread's name in the store and on the bus: ``tenant/thread`` (see hub.auth).
+    key: str
+    consumers: set[Outbox] = field(default_factory=set)
+    #: Recent live frames, parallel to ``thread.log``, so replays reuse their encodings.
+    frames: deque[Frame] = field(default_factory=deque)
+    #: What a consumer that was sent every live frame holds (see hub.core.consumer).
+    tracker: ConsumerView = field(default_factory=ConsumerView)
+    #: Repair frames at the current seq, by (view key, encoding): one encode for many joiners.
+    sync_cache: dict[tuple[Any, str], list[Frame]] = field(default_factory=dict)
+    sync_cache_seq: int = -1
+    #: Agents connected to this thread (a thread in use is never unloaded).
+    producers: int = 0
+    #: The last seq the store holds (producers are acknowledged up to it).
+    persisted_seq: int = 0
+    changed_at: float = 0.0
+    #: Shared stores: one writer at a time on this node (a commit, or catching up with the
+    #: other nodes; see hub.server.writer and hub.server.broker).
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The copy may hold an event the store never took (it failed mid-append): reload first.
+    stale: bool = False
+    #: Shared stores: the writer's working copy, ahead of ``thread`` by the batch in flight
+    #: (see hub.server.writer); None until this node writes, or after a commit failed.
+    draft: Thread | None = None
+
+    def draft_copy(self) -> Thread:
+        """The writer's copy, in line with the committed one (a fresh copy if it is not)."""
+        thread, draft = self.thread, self.draft
+        if draft is None or draft.seq != thread.seq or draft.epoch != thread.epoch:
+            draft = Thread.from_record(thread.to_record(), retention=1)
+            self.draft = draft
+        return draft
+
+    def advance(self, events: list[Event]) -> None:
+        """Stored events from another node (contiguous, next in seq): the committed copy takes
+        them, and the draft too while it is in line."""
+        draft = self.draft if self.draft is not None and self.draft.seq == self.thread.seq else None
+        for event in events:
+            self.thread.replay(event)
+        if draft is not None:
+            for event in events:
+                draft.replay(event)
+        else:
+            self.draft = None
+        self.persisted_seq = self.thread.seq

@@ -1,0 +1,211 @@
+"""How a node's changes reach the store: one :class:`Persistence`, two kinds.
+
+Every change to a thread is *submitted* and answered by a future (see :meth:`Persistence.submit`).
+
+- On a node-local store (memory, SQLite), :class:`LocalPersistence`: the node is the only
+  writer, so a change applies to the one copy at once, is fanned out at once (no await in
+  between, so every consumer sees one order), and its events are stored behind, in order, by
+  one persister task. Producers are acknowledged only for events the store has taken.
+- On a shared store (Redis), :class:`SharedPersistence`: the store sequences; one writer per
+  thread commits the changes in batches (see :mod:`hub.server.writer`).
+
+Both keep each thread's record (its state and messages at a position) up to date in the store
+from time to time, through the same queue: every ``compact_every`` events, or
+``compact_seconds`` after the last change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from abc import ABC, abstractmethod
+from typing import Any
+
+from hub.core.thread import Event, Outcome
+from hub.server.channel import Channel
+from hub.server.config import Config
+from hub.server.metrics import Metrics
+from hub.server.node import Change, Node, StoreHealth, apply_change
+from hub.server.writer import Follower, ThreadWriter
+from hub.server.writes import WriteQueue
+from hub.store import Store
+from hub.wire.codec import pack
+
+log = logging.getLogger("agui_hub")
+
+
+class Persistence(ABC):
+    """The node's writes to the store: the changes submitted, and the threads' records."""
+
+    def __init__(self, node: Node, store: Store, config: Config) -> None:
+        self.node = node
+        self.store = store
+        self.config = config
+        self.health = StoreHealth()
+        self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
+        #: Events per thread since its record was last queued for the store.
+        self._unsaved: dict[Channel, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    @abstractmethod
+    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
+        """Apply ``change`` to the thread, fan out what it produced, and store it; the future
+        answers once it is committed (or refused)."""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._persister(), name="persister")
+
+    def busy(self, channel: Channel) -> bool:
+        """Something of the thread is not in the store yet (it must not be unloaded)."""
+        return channel in self._unsaved
+
+    def unloaded(self, channel: Channel) -> None:
+        """The thread was unloaded: forget what is kept about it."""
+        self._unsaved.pop(channel, None)
+
+    async def backpressure(self) -> None:
+        """Wait while the store is behind by ``persist_queue`` writes or more."""
+        await self._writes.wait_below()
+
+    # -- records --------------------------------------------------------------------------------
+
+    def changed(self, channel: Channel, count: int) -> None:
+        """``count`` events were fanned out: the record is due after ``compact_every``."""
+        unsaved = self._unsaved[channel] = self._unsaved.get(channel, 0) + count
+        if unsaved >= self.config.compact_every:
+            self.compact(channel)
+
+    def compact_if_due(self, channel: Channel, now: float) -> None:
+        """Queue the record of a thread quiet for ``compact_seconds`` with unsaved events."""
+        if channel in self._unsaved and now - channel.changed_at >= self.config.compact_seconds:
+            self.compact(channel)
+
+    def compact(self, channel: Channel) -> None:
+        if self._unsaved.pop(channel, 0):
+            thread = channel.thread
+            position = (thread.seq, thread.epoch)
+            self._write(("record", channel.key, (pack(thread.to_record()), position)))
+
+    # -- the queue ------------------------------------------------------------------------------
+
+    def _write(self, item: tuple[str, str, Any]) -> None:
+        self._writes.put(item)
+
+    async def close(self, flush_timeout: float = 30.0) -> None:
+        """Store what is pending, then stop. A store that is gone must not keep the process
+        alive: the flush gives up after ``flush_timeout`` seconds, or after ``drain_timeout``
+        seconds of the store failing."""
+        for channel in self.node.channels.values():
+            self.compact(channel)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        flushed = asyncio.ensure_future(self._writes.join())
+        while not flushed.done():
+            await asyncio.wait([flushed], timeout=0.1)
+            waited = loop.time() - start
+            failing = not self.health.ok and waited >= self.config.drain_timeout
+            if not flushed.done() and (failing or waited >= flush_timeout):
+                flushed.cancel()
+                log.error(
+                    "the store did not take %d pending write(s) in %.1f s; stopping without them",
+                    len(self._writes),
+                    waited,
+                )
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _persister(self) -> None:
+        while True:
+            batch = await self._writes.take(512)
+            try:
+                await self._flush(batch)
+            finally:
+                self._writes.done()
+
+    async def _flush(self, batch: list[tuple[str, str, Any]]) -> None:
+        pending: dict[str, list[Event]] = {}
+
+        async def drain() -> None:
+            for tid, events in pending.items():
+                await self._retry(self.store.append, tid, events)
+                channel = self.node.channels.get(tid)
+                if channel is not None:
+                    channel.persisted_seq = max(
+                        channel.persisted_seq, events[-1]["metadata"]["hub"]["seq"]
+                    )
+            pending.clear()
+
+        for kind, thread_id, payload in batch:
+            if kind == "append":
+                pending.setdefault(thread_id, []).extend(payload)
+            else:
+                await drain()
+                await self._retry(self.store.save_record, thread_id, *payload)
+        await drain()
+
+    async def _retry(self, fn: Any, *args: Any) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await fn(*args)
+            except Exception:
+                if self.health.ok:
+                    log.exception("store write failed; retrying")
+                self.health.ok = False
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            else:
+                self.health.ok = True
+                return
+
+
+class LocalPersistence(Persistence):
+    """A node-local store: apply and fan out now, store in order behind."""
+
+    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
+        """Never waits: the change applies at once, is fanned out at once and queued for the
+        store, and the future is already done."""
+        outcome = apply_change(change, channel.thread)
+        if outcome.events:
+            self.node.fan_out(channel, outcome.events)
+            self._write(("append", channel.key, outcome.events))
+        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        done.set_result(outcome)
+        return done
+
+
+class SharedPersistence(Persistence):
+    """A shared store: each thread's writer commits it with whatever else is waiting."""
+
+    def __init__(
+        self, node: Node, store: Store, config: Config, metrics: Metrics, follower: Follower
+    ) -> None:
+        super().__init__(node, store, config)
+        self.metrics = metrics
+        self.follower = follower
+        self._writers: dict[Channel, ThreadWriter] = {}
+
+    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
+        writer = self._writers.get(channel)
+        if writer is None:
+            writer = ThreadWriter(channel, self.store, self.metrics, self.follower, self.health)
+            self._writers[channel] = writer
+        return writer.submit(change)
+
+    def busy(self, channel: Channel) -> bool:
+        writer = self._writers.get(channel)
+        return super().busy(channel) or (writer is not None and writer.busy)
+
+    def unloaded(self, channel: Channel) -> None:
+        super().unloaded(channel)
+        self._writers.pop(channel, None)
+
+    async def close(self, flush_timeout: float = 30.0) -> None:
+        """Commit what the writers hold (bounded by ``drain_timeout``), then as above."""
+        writers = list(self._writers.values())
+        if writers:
+            await asyncio.gather(*(w.close(self.config.drain_timeout) for w in writers))
+        await super().close(flush_timeout)

@@ -69,6 +69,14 @@ def client_options() -> dict[str, Any]:
     }
 
 
+# Lua: the last seq in the log KEYS[2] (0 if empty), as the local ``last``.
+LAST_SEQ = """local last = 0
+local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #newest > 0 then
+  last = tonumber(string.match(newest[1][1], '^(%d+)-'))
+end
+"""
+
 # KEYS: record, log, channel. ARGV: retention, origin, then (seq, packed event) per event, seqs
 # as decimal strings. Returns {1, last seq, how many were new} when appended, {0, expected seq,
 # i} when the i-th event does not continue the log (a gap, or a seq already stored with other
@@ -77,16 +85,14 @@ def client_options() -> dict[str, Any]:
 # published is the origin (ORIGIN_BYTES, naming the node that appended) and then one msgpack
 # array of the new events, so a node skips its own appends without decoding them.
 # Everything is checked before anything is written: a Lua script is not rolled back on error.
-APPEND = """
+APPEND = (
+    """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1, 0, 0}
 end
-local last = 0
-local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #newest > 0 then
-  last = tonumber(string.match(newest[1][1], '^(%d+)-'))
-end
-local n = (#ARGV - 2) / 2
+"""
+    + LAST_SEQ
+    + """local n = (#ARGV - 2) / 2
 local first = tonumber(ARGV[3])
 if first < 1 or first > last + 1 then
   return {0, last + 1, 1}
@@ -132,6 +138,7 @@ end
 redis.call('PUBLISH', KEYS[3], ARGV[2] .. header .. table.concat(packed))
 return {1, first + n - 1, m}
 """
+)
 #: The same script for Redis Cluster: the channel is a shard channel of the thread's slot.
 APPEND_SHARDED = APPEND.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
 
@@ -165,17 +172,16 @@ return 1
 
 # KEYS: record, log, meta. Where the thread stands: {last stored seq, epoch}, or false for an
 # unknown thread. Reads no record and no event (the quiet-thread check runs it every second).
-HEAD = """
+HEAD = (
+    """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return false
 end
-local last = 0
-local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #newest > 0 then
-  last = tonumber(string.match(newest[1][1], '^(%d+)-'))
-end
-return {last, redis.call('HGET', KEYS[3], 'epoch') or ''}
 """
+    + LAST_SEQ
+    + """return {last, redis.call('HGET', KEYS[3], 'epoch') or ''}
+"""
+)
 
 # KEYS: record, log. ARGV: first stream id. The log from that id, without the record; false for
 # an unknown thread.

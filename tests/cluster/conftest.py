@@ -18,6 +18,16 @@ def redis_server(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def aof_redis(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
+    """A redis-server that fsyncs its append-only file on every write: a restart (same dir,
+    same port) loses nothing it acknowledged."""
+    server = RedisServer("--appendonly", "yes", "--appendfsync", "always").start()
+    yield server
+    start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
+    server.cleanup()
+
+
+@pytest.fixture
 def nodes(
     redis_server: RedisServer, start_hub: Callable[..., HubProcess]
 ) -> Callable[..., list[HubProcess]]:

@@ -135,30 +135,25 @@ async def wait_ready(node: HubProcess) -> None:
 
 
 async def test_a_redis_restart_loses_nothing_acknowledged_and_all_converge(
-    start_hub: Callable[..., HubProcess],
+    aof_redis: Any, start_hub: Callable[..., HubProcess]
 ) -> None:
-    from redis_support import RedisServer
-
-    redis = RedisServer("--appendonly", "yes", "--appendfsync", "always").start()
-    try:
-        a = start_hub("--node", "a", store=redis.url)
-        b = start_hub("--node", "b", store=redis.url)
-        async with Consumer(f"{b.ws}/v1/threads/t") as watcher:
-            await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"k{i}", i) for i in range(30)])
-            await watcher.wait_for_seq(30, TIMEOUT)
-            await asyncio.to_thread(redis.stop)
-            status, _ = await asyncio.to_thread(a.get, "/readyz")
-            assert status == 503  # the store is gone: not ready
-            await asyncio.to_thread(redis.start)  # same dir, same port: the AOF is replayed
-            await wait_ready(a)
-            await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"j{i}", i) for i in range(30)])
-            await watcher.wait_for_seq(60, TIMEOUT)
-            view = await caught_up(b, "t", 60)
-            assert view["seq"] == 60 and len(view["state"]) == 60  # nothing acknowledged lost
-            assert_same(watcher, view)
-            assert view == await caught_up(a, "t", 60)
-    finally:
-        redis.cleanup()
+    redis = aof_redis
+    a = start_hub("--node", "a", store=redis.url)
+    b = start_hub("--node", "b", store=redis.url)
+    async with Consumer(f"{b.ws}/v1/threads/t") as watcher:
+        await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"k{i}", i) for i in range(30)])
+        await watcher.wait_for_seq(30, TIMEOUT)
+        await asyncio.to_thread(redis.stop)
+        status, _ = await asyncio.to_thread(a.get, "/readyz")
+        assert status == 503  # the store is gone: not ready
+        await asyncio.to_thread(redis.start)  # same dir, same port: the AOF is replayed
+        await wait_ready(a)
+        await publish(f"{a.ws}/v1/threads/t/agent", [delta(f"j{i}", i) for i in range(30)])
+        await watcher.wait_for_seq(60, TIMEOUT)
+        view = await caught_up(b, "t", 60)
+        assert view["seq"] == 60 and len(view["state"]) == 60  # nothing acknowledged lost
+        assert_same(watcher, view)
+        assert view == await caught_up(a, "t", 60)
 
 
 async def test_consumers_of_a_killed_node_reconnect_elsewhere_and_converge(

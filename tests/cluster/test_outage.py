@@ -68,73 +68,68 @@ class Agent:
 
 
 async def test_a_long_redis_outage_leaves_no_trace_of_refused_events_and_heals(
-    start_hub: Callable[..., HubProcess],
+    aof_redis: RedisServer, start_hub: Callable[..., HubProcess]
 ) -> None:
-    redis = RedisServer("--appendonly", "yes", "--appendfsync", "always").start()
-    try:
-        a = start_hub("--node", "a", store=redis.url)
-        b = start_hub("--node", "b", store=redis.url)
-        async with (
-            Consumer(f"{a.ws}/v1/threads/t") as on_a,
-            Consumer(f"{b.ws}/v1/threads/t") as on_b,
-        ):
-            agent, _ = await Agent.open(f"{a.ws}/v1/threads/t/agent")
-            seen: set[str] = set()  # every key any reader was shown during the outage
+    redis = aof_redis
+    a = start_hub("--node", "a", store=redis.url)
+    b = start_hub("--node", "b", store=redis.url)
+    async with (
+        Consumer(f"{a.ws}/v1/threads/t") as on_a,
+        Consumer(f"{b.ws}/v1/threads/t") as on_b,
+    ):
+        agent, _ = await Agent.open(f"{a.ws}/v1/threads/t/agent")
+        seen: set[str] = set()  # every key any reader was shown during the outage
 
-            async def stream(count: int, prefix: str) -> None:
-                for i in range(count):
-                    await agent.send(f"{prefix}{i}")
-                    await asyncio.sleep(1 / RATE)
+        async def stream(count: int, prefix: str) -> None:
+            for i in range(count):
+                await agent.send(f"{prefix}{i}")
+                await asyncio.sleep(1 / RATE)
 
-            await stream(100, "before")
-            await agent.settled(TIMEOUT)
-            writing = asyncio.create_task(stream(int(OUTAGE * RATE) + 200, "during"))
-            await asyncio.sleep(0.5)
-            await asyncio.to_thread(redis.stop)
-            loop = asyncio.get_running_loop()
-            down_until = loop.time() + OUTAGE
-            while loop.time() < down_until:
-                for node in (a, b):  # the HTTP view answers, with what is known stored
-                    status, body = await asyncio.to_thread(node.get, "/v1/threads/t")
-                    if status == 200:
-                        seen.update(json.loads(body)["state"])
-                with contextlib.suppress(Exception):  # a new agent's welcome, if it gets one
-                    other, welcome = await asyncio.wait_for(
-                        Agent.open(f"{b.ws}/v1/threads/t/agent"), 2
-                    )
-                    seen.update(welcome["input"]["state"])
-                    await other.client.close()
-                seen.update(on_a.state or {})
-                seen.update(on_b.state or {})
-                await asyncio.sleep(0.3)
-            await asyncio.to_thread(redis.start)  # same dir, same port: the AOF is replayed
-            await wait_ready(a)
-            await writing
-            await agent.settled(TIMEOUT)  # answered in order, and at once: nothing stalls
+        await stream(100, "before")
+        await agent.settled(TIMEOUT)
+        writing = asyncio.create_task(stream(int(OUTAGE * RATE) + 200, "during"))
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(redis.stop)
+        loop = asyncio.get_running_loop()
+        down_until = loop.time() + OUTAGE
+        while loop.time() < down_until:
+            for node in (a, b):  # the HTTP view answers, with what is known stored
+                status, body = await asyncio.to_thread(node.get, "/v1/threads/t")
+                if status == 200:
+                    seen.update(json.loads(body)["state"])
+            with contextlib.suppress(Exception):  # a new agent's welcome, if it gets one
+                other, welcome = await asyncio.wait_for(Agent.open(f"{b.ws}/v1/threads/t/agent"), 2)
+                seen.update(welcome["input"]["state"])
+                await other.client.close()
+            seen.update(on_a.state or {})
+            seen.update(on_b.state or {})
+            await asyncio.sleep(0.3)
+        await asyncio.to_thread(redis.start)  # same dir, same port: the AOF is replayed
+        await wait_ready(a)
+        await writing
+        await agent.settled(TIMEOUT)  # answered in order, and at once: nothing stalls
 
-            first_sent = agent.committed()
-            assert seen <= first_sent, f"shown though never stored: {sorted(seen - first_sent)}"
-            # The agent sends again what was refused (as the README says), then carries on.
-            for i, key in sorted(agent.refused.items()):
-                assert agent.refused[i] == "unavailable", agent.refused
-                await agent.send(key)
-            await stream(50, "after")
-            await agent.settled(TIMEOUT)
-            assert all(i <= len(agent.sent) - 50 for i in agent.refused), "refused after it"
+        first_sent = agent.committed()
+        assert seen <= first_sent, f"shown though never stored: {sorted(seen - first_sent)}"
+        # The agent sends again what was refused (as the README says), then carries on.
+        for i, key in sorted(agent.refused.items()):
+            assert agent.refused[i] == "unavailable", agent.refused
+            await agent.send(key)
+        await stream(50, "after")
+        await agent.settled(TIMEOUT)
+        assert all(i <= len(agent.sent) - 50 for i in agent.refused), "refused after it"
 
-            view = await caught_up(a, "t", len(agent.sent) - len(agent.refused))
-            assert set(view["state"]) == set(agent.sent.values())
-            # One log entry per frame taken: a refused event never reached the log.
-            assert view["seq"] == len(agent.sent) - len(agent.refused)
-            await on_a.wait_for_seq(view["seq"], TIMEOUT)
-            await on_b.wait_for_seq(view["seq"], TIMEOUT)
-            assert_same(on_a, view)
-            assert_same(on_b, await caught_up(b, "t", view["seq"]))
-            # A node that starts now reads the same thread from the store: the stored record
-            # and the log agree, and new appends do not conflict.
-            c = start_hub("--node", "c", store=redis.url)
-            assert await caught_up(c, "t", view["seq"]) == view
-            assert a.metric("agui_hub_append_conflicts_total") == 0
-            await agent.client.close()
-    finally:
-        redis.cleanup()
+        view = await caught_up(a, "t", len(agent.sent) - len(agent.refused))
+        assert set(view["state"]) == set(agent.sent.values())
+        # One log entry per frame taken: a refused event never reached the log.
+        assert view["seq"] == len(agent.sent) - len(agent.refused)
+        await on_a.wait_for_seq(view["seq"], TIMEOUT)
+        await on_b.wait_for_seq(view["seq"], TIMEOUT)
+        assert_same(on_a, view)
+        assert_same(on_b, await caught_up(b, "t", view["seq"]))
+        # A node that starts now reads the same thread from the store: the stored record
+        # and the log agree, and new appends do not conflict.
+        c = start_hub("--node", "c", store=redis.url)
+        assert await caught_up(c, "t", view["seq"]) == view
+        assert a.metric("agui_hub_append_conflicts_total") == 0
+        await agent.client.close()

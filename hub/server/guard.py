@@ -21,7 +21,6 @@ from jsonpointer import resolve_pointer
 from hub.auth import (
     AGENT,
     READ,
-    RECEIPTS_READ,
     Authenticator,
     Principal,
     check_origin,
@@ -29,7 +28,7 @@ from hub.auth import (
 )
 from hub.core.patch import check_op
 from hub.core.thread import Thread
-from hub.errors import LimitExceeded, MalformedPatch, PeerError
+from hub.errors import Forbidden, LimitExceeded, MalformedPatch, PeerError
 from hub.limits import (
     TOO_MANY_MESSAGES,
     TokenBucket,
@@ -43,8 +42,6 @@ from hub.server.metrics import Metrics
 
 log = logging.getLogger("agui_hub.guard")
 
-#: The thread, per tenant, that holds the operator board of handoff receipts (hub.receipts).
-BOARD_THREAD = "ops"
 #: Events after which a thread's state size is measured again, whatever the bound says.
 REMEASURE = 1000
 
@@ -89,6 +86,10 @@ class Guard:
         self.connections = self.limits.connection_counter()
         self.threads = self.limits.thread_registry()
         self.tenant_rates = self.limits.tenant_buckets()
+        #: Thread ids (in every tenant) a mounted service keeps for itself: the scope a consumer
+        #: needs instead of ``read``, and why nobody else may write them (see :meth:`reserve`).
+        self._read_scopes: dict[str, str] = {}
+        self._read_only: dict[str, str] = {}
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -141,13 +142,26 @@ class Guard:
         tenant, _, thread_id = key.partition("/")
         self.threads.discard(tenant, thread_id)
 
-    @staticmethod
-    def scope_for(role: str, thread_id: str) -> str:
-        """The scope a connection needs: ``agent`` for agents; ``read`` for consumers, but
-        ``receipts:read`` for the operator board (it shows the tenant's delegated work)."""
+    def reserve(self, thread_id: str, *, read_scope: str, read_only: str) -> None:
+        """Keep the thread ``thread_id`` (of every tenant) for a service of the node: its
+        consumers need ``read_scope``, and agents and consumers' edits are refused with
+        ``forbidden`` and the message ``read_only`` (the service is its only writer)."""
+        self._read_scopes[thread_id] = read_scope
+        self._read_only[thread_id] = read_only
+
+    def scope_for(self, role: str, thread_id: str) -> str:
+        """The scope a connection needs: ``agent`` for agents; ``read`` for consumers, unless
+        the thread is reserved with another (see :meth:`reserve`)."""
         if role == "agent":
             return AGENT
-        return RECEIPTS_READ if thread_id == BOARD_THREAD else READ
+        return self._read_scopes.get(thread_id, READ)
+
+    def check_write(self, thread_id: str) -> None:
+        """An agent connection or a consumer's edit on ``thread_id``: ``forbidden`` if the
+        thread is reserved (see :meth:`reserve`)."""
+        message = self._read_only.get(thread_id)
+        if message is not None:
+            raise Forbidden(message)
 
     # -- events ---------------------------------------------------------------------------------
 

@@ -21,8 +21,11 @@ by time alone), and once a second reads what other processes appended. It publis
 difference between the thread's current state and its own board: a ``STATE_SNAPSHOT`` the
 first time, ``STATE_DELTA`` afterwards (a fresh snapshot if that fails to apply). Several
 nodes may all do so: a node whose board reflects fewer records than the thread's, or an older
-time, publishes nothing, so the board never steps back. Nobody else may write the thread (see
-:func:`refuse_board_write`).
+time, publishes nothing, so the board never steps back. Nobody else may write the thread: the
+service reserves it with the node's guard (:meth:`~hub.server.guard.Guard.reserve`), so an
+agent connection or a ``hub.publish`` on it is refused with ``forbidden`` (a producer could
+otherwise forge the board), and reading it takes ``receipts:read`` (it shows the tenant's
+delegated work).
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from hub.auth import RECEIPTS_WRITE, Principal, tenant_key
-from hub.errors import Forbidden, HubError, InvalidReceipt, PatchFailed, PeerError
+from hub.auth import RECEIPTS_READ, RECEIPTS_WRITE, Principal, tenant_key
+from hub.errors import HubError, InvalidReceipt, PatchFailed, PeerError
 from hub.limits import TokenBucket
 from hub.receipts.board import board_delta
 from hub.receipts.classify import Policy
@@ -52,15 +55,17 @@ from hub.receipts.store import (
     open_receipt_store,
 )
 from hub.receipts.tail import open_tail
-from hub.server.guard import BOARD_THREAD, Guard
+from hub.server.guard import Guard
 from hub.server.hub import Hub
+from hub.server.transport.common import query_of, refuse
 from hub.wire import control
 from hub.wire.codec import Encoding, decode, encode
 
 log = logging.getLogger("agui_hub.receipts")
 
 RECEIPTS_PATH = "/v1/receipts"
-#: The thread id of each tenant's operator board.
+#: The thread, per tenant, that holds the operator board of handoff receipts.
+BOARD_THREAD = "ops"
 ACK = "hub.receipts.ack"
 #: Records one frame may carry (its bytes are bounded by the hub's frame limit).
 MAX_BATCH = 500
@@ -73,13 +78,6 @@ SLACK = 0.005
 #: Rounds (about a second each) a node waits to read the records a board thread reflects
 #: before it takes its own board as the truth.
 BEHIND_LIMIT = 5
-
-
-def refuse_board_write(thread_id: str) -> None:
-    """The operator board is derived from receipts: an agent connection or a ``hub.publish``
-    on it is refused with ``forbidden`` (a producer could otherwise forge the board)."""
-    if thread_id == BOARD_THREAD:
-        raise Forbidden("the operator board is derived from receipts; it cannot be written")
 
 
 def parse_frame(frame: dict[str, Any]) -> list[Record]:
@@ -155,7 +153,10 @@ class _Tenant:
 
 
 class ReceiptsService:
-    """Receipt ingest and the operator boards of one node. Owns the receipt store."""
+    """Receipt ingest and the operator boards of one node. Owns the receipt store.
+
+    Mounted by the server as the WebSocket route ``/v1/receipts``; it reserves the board
+    thread of every tenant with ``guard`` (see the module's docstring)."""
 
     def __init__(
         self,
@@ -177,6 +178,11 @@ class ReceiptsService:
         self._loaded = False
         self._polled_at = 0.0
         self._failing = False
+        guard.reserve(
+            BOARD_THREAD,
+            read_scope=RECEIPTS_READ,
+            read_only="the operator board is derived from receipts; it cannot be written",
+        )
 
     async def start(self) -> None:
         """Load every tenant's records and keep the boards current, in the background."""
@@ -192,10 +198,13 @@ class ReceiptsService:
 
     # -- ingest ---------------------------------------------------------------------------------
 
+    def accepts(self, target: str) -> bool:
+        return urlsplit(target).path == RECEIPTS_PATH
+
     async def handle(self, ws: ServerConnection, encoding: Encoding) -> None:
         """One ``/v1/receipts`` connection."""
         assert ws.request is not None
-        query = {k: v[0] for k, v in parse_qs(urlsplit(ws.request.path).query).items()}
+        query = query_of(ws.request.path)
         try:
             principal = self.guard.authenticate(ws.request.headers, query)
             try:
@@ -205,9 +214,7 @@ class ReceiptsService:
                 self.guard.refused(exc.code)
                 raise
         except HubError as exc:
-            with contextlib.suppress(ConnectionClosed):
-                await ws.send(encode(control.error(exc), encoding))
-                await ws.close(exc.close_code, exc.code)
+            await refuse(ws, exc, encoding)
             return
         try:
             bucket = self.guard.connection_bucket()

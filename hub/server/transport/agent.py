@@ -1,0 +1,240 @@
+"""``ws /v1/threads/{id}/agent``: producers (agents).
+
+An agent is welcomed with the thread's position, its run input and its service session; then
+every frame it sends is an AG-UI event to publish, or a ``hub.session`` request (see
+hub.server.sessions). Frames are answered in order: errors as soon as they are settled,
+acknowledgements (``hub.ack``) in batches, for what the store holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from hub.core.thread import Event, Outcome, Thread
+from hub.errors import BadSession, HubError, MalformedPatch, PeerError, Unavailable
+from hub.server import sessions
+from hub.server.channel import Channel
+from hub.server.guard import Admission, Guard
+from hub.server.hub import Hub
+from hub.server.node import Change
+from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, done
+from hub.store.base import seq_of
+from hub.wire import control
+from hub.wire.codec import Encoding, decode, encode
+from hub.wire.events import parse_event
+
+log = logging.getLogger("agui_hub.server")
+
+#: Frames one agent may have submitted and not had answered; past that its socket is not read.
+MAX_IN_FLIGHT = 1024
+
+
+class AgentEndpoint(ThreadEndpoint):
+    role = "agent"
+
+    def __init__(self, hub: Hub, guard: Guard) -> None:
+        super().__init__(hub, guard)
+        #: Agents connected to this node.
+        self.producers = 0
+
+    async def open(self, target: Route, admission: Admission) -> Channel:
+        self.guard.check_write(target.thread_id)
+        return await super().open(target, admission)
+
+    async def serve(self, connection: Connection) -> None:
+        """An agent's connection: frames are checked at the edge and submitted at once, without
+        waiting for the commit before the next frame is read, so the thread's writer commits
+        what arrives together in one batch. Answers (errors, acks) go out in frame order from
+        :meth:`_answer_loop`. More than ``MAX_IN_FLIGHT`` unanswered frames stop the reading
+        (TCP pushes back on the agent), as does the store falling behind."""
+        hub = self.hub
+        ws, channel, encoding = connection.ws, connection.channel, connection.encoding
+        thread = channel.thread
+        self.producers += 1
+        channel.producers += 1
+        try:
+            stored = await hub.store.load_session(channel.key)
+        except Exception:
+            log.exception("loading the session of thread %s failed", channel.key)
+            stored = None
+        thread = channel.thread  # read after the await: what the store holds now
+        welcome = control.welcome(
+            thread.thread_id,
+            thread.seq,
+            thread.epoch,
+            self.config.node,
+            input=thread.input(),
+            serviceSessionId=(stored or {}).get(sessions.SESSION_KEY),
+        )
+        state = _ProducerState(Peer(connection.admission, self.guard.connection_bucket()))
+        answers = asyncio.create_task(self._answer_loop(ws, channel, state, encoding))
+        try:
+            with contextlib.suppress(ConnectionClosed):  # what it sent before closing counts
+                await ws.send(encode(welcome, encoding))
+            async for message in ws:
+                state.frames += 1
+                await hub.backpressure()
+                await self._frame(channel, state, message)
+                if len(state.pending) >= MAX_IN_FLIGHT:
+                    await state.pending[0][1]
+        except ConnectionClosed:
+            pass
+        finally:
+            # What was submitted is committed (or refused) before the run is judged.
+            if state.pending:
+                await asyncio.wait([f for _, f, _ in state.pending])
+            answers.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await answers
+            self.producers -= 1
+            channel.producers -= 1
+            thread = channel.thread  # a reload may have replaced the copy meanwhile
+            if thread.run_id is not None and thread.run_id in state.runs:
+                await hub.abort_run(
+                    channel, "the agent disconnected during the run", "agent_disconnected"
+                )
+
+    async def _frame(self, channel: Channel, state: _ProducerState, message: str | bytes) -> None:
+        """Check one frame at the edge and submit it (``state.pending`` gets its answer)."""
+        hub = self.hub
+        reply: dict[str, Any] | None = None
+        try:
+            frame = decode(message)
+            self.guard.check_frame(frame)
+            await self.guard.pace(state.peer.bucket, state.peer.admission.principal.tenant)
+            if frame.get("type") == control.SESSION:
+                # In order with the events before it: those are committed first.
+                await asyncio.wait([f for _, f, _ in state.pending] or [done(Outcome())])
+                reply = control.custom(control.SESSION, await self._session(channel, frame))
+                future = done(Outcome())
+            else:
+                event, warnings = parse_event(frame)
+                if warnings:
+                    hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
+                    log.warning("thread %s: %s", channel.key, "; ".join(warnings))
+                future = hub.submit(channel, self._publishing(event, state))
+        except MalformedPatch as exc:
+            hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+            future = hub.submit(channel, _aborting(exc))
+        except (PeerError, Unavailable) as exc:
+            hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+            future = done(Outcome(error=exc))
+        state.pending.append((state.frames, future, reply))
+        if len(state.pending) == 1:
+            state.wake.set()  # the answer loop waits on the oldest only
+
+    def _publishing(self, event: Event, state: _ProducerState) -> Change:
+        guard = self.guard
+
+        def publish(thread: Thread) -> Outcome:
+            guard.check_event(thread, event)
+            outcome = thread.publish(event)
+            if event["type"] == "RUN_STARTED" and outcome.error is None:
+                state.runs.add(event["runId"])
+            return outcome
+
+        return publish
+
+    async def _session(self, channel: Channel, frame: dict[str, Any]) -> dict[str, Any]:
+        """An agent's ``hub.session`` request (see hub.server.sessions)."""
+        store, op = self.hub.store, frame.get("op")
+        try:
+            if op == "set":
+                sid = sessions.service_id(frame.get("service_session_id"))
+                await store.save_session(channel.key, {sessions.SESSION_KEY: sid})
+            elif op == "import":
+                raw, sid = sessions.parse_import(channel.thread, frame.get("session"))
+                # Validate every event before publishing any: an import is taken whole or not
+                # at all (the messages go first: they are the part the thread may refuse).
+                events = [parse_event(event)[0] for event in reversed(raw)]
+                for event in events:
+                    self.guard.check_event(channel.thread, event)
+                for event in events:
+                    outcome = await self.hub.publish(channel, event)
+                    if outcome.error is not None:
+                        raise outcome.error
+                await store.save_session(channel.key, {sessions.SESSION_KEY: sid})
+            elif op != "get":
+                raise BadSession("hub.session 'op' must be get, set or import")
+            stored = await store.load_session(channel.key)
+        except HubError:
+            raise
+        except Exception as exc:
+            raise Unavailable("the store is unavailable") from exc
+        return sessions.export_session(channel.thread, stored)
+
+    async def _answer_loop(
+        self, ws: ServerConnection, channel: Channel, state: _ProducerState, encoding: Encoding
+    ) -> None:
+        """Answer an agent's frames in order: an error (with the frame's index) as soon as the
+        frame is settled, an acknowledgement every ``ack_interval`` for the frames whose events
+        the store holds (refused frames included: they produced nothing to wait for)."""
+        interval = self.config.ack_interval
+        loop = asyncio.get_running_loop()
+        acked_at = -interval
+        while True:
+            state.wake.clear()
+            while state.pending and state.pending[0][1].done():
+                index, future, reply = state.pending.popleft()
+                outcome = future.result()
+                if outcome.events:
+                    state.last_seq = seq_of(outcome.events[-1])
+                if outcome.error is not None:
+                    await ws.send(encode(control.error(outcome.error, frame=index), encoding))
+                if reply is not None:
+                    await ws.send(encode(reply, encoding))
+                state.answered.append((index, state.last_seq))
+            while state.answered and state.answered[0][1] <= channel.persisted_seq:
+                state.stored_frames = state.answered.popleft()[0]
+            if state.stored_frames != state.acked_frames:
+                wait = acked_at + interval - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)  # acknowledgements are batched
+                    continue
+                state.acked_frames, acked_at = state.stored_frames, loop.time()
+                ack = control.ack(channel.persisted_seq, state.acked_frames)
+                await ws.send(encode(ack, encoding))
+                continue
+            if state.pending:
+                state.pending[0][1].add_done_callback(state.wake_up)
+            elif state.answered:  # answered, not yet stored (node-local stores store behind)
+                await asyncio.sleep(interval)
+                continue
+            await state.wake.wait()
+
+
+def _aborting(exc: MalformedPatch) -> Change:
+    """A malformed patch is fatal to the run (AG-UI): refuse the frame and end the run."""
+
+    def abort(thread: Thread) -> Outcome:
+        event = thread.abort_run(exc.message, "malformed_patch")
+        return Outcome(events=[] if event is None else [event], error=exc)
+
+    return abort
+
+
+class _ProducerState:
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        #: Frames submitted and not answered yet, oldest first: (index, outcome, reply).
+        self.pending: deque[tuple[int, asyncio.Future[Outcome], dict[str, Any] | None]] = deque()
+        #: Frames answered, not yet acknowledged: (index, the last seq up to it).
+        self.answered: deque[tuple[int, int]] = deque()
+        #: Set when the oldest frame may have been settled (see AgentEndpoint._answer_loop).
+        self.wake = asyncio.Event()
+        self.frames = 0
+        #: Frames whose events the store holds, and the count the agent was last told.
+        self.stored_frames = 0
+        self.acked_frames = 0
+        self.last_seq = 0
+        self.runs: set[str] = set()
+
+    def wake_up(self, _: object) -> None:
+        self.wake.set()

@@ -1,0 +1,125 @@
+"""``ws /v1/threads/{id}``: consumers (``?since=SEQ&epoch=EPOCH`` to resume).
+
+A consumer is welcomed with the thread's position, then fed by the hub's fan-out through its
+own bounded :class:`~hub.server.outbox.Outbox`. What it sends: ``hub.resync`` (repair me),
+``hub.ack`` (what it holds), or ``hub.publish`` (an edit: a ``STATE_DELTA`` or a
+``STATE_SNAPSHOT`` against ``base``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from websockets.exceptions import ConnectionClosed
+
+from hub.auth import WRITE
+from hub.core.patch import check_patch
+from hub.core.thread import Outcome, Thread
+from hub.errors import Conflict, HubError, PatchFailed, PeerError
+from hub.server.channel import Channel
+from hub.server.guard import Admission
+from hub.server.outbox import Outbox
+from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint
+from hub.wire import control
+from hub.wire.codec import Frame, decode, encode
+from hub.wire.events import parse_event
+
+_ids = itertools.count(1)
+
+
+class ConsumerEndpoint(ThreadEndpoint):
+    role = "consumer"
+
+    async def open(self, target: Route, admission: Admission) -> Channel:
+        channel = await self.hub.channel(admission.key)
+        await self.hub.follow(channel)
+        return channel
+
+    async def serve(self, connection: Connection) -> None:
+        hub = self.hub
+        ws, channel, target, encoding = (
+            connection.ws,
+            connection.channel,
+            connection.target,
+            connection.encoding,
+        )
+        ident = f"c{next(_ids)}"
+        outbox = Outbox(
+            ws,
+            encoding,
+            lambda view, cause: hub.repair_frames(channel, view, cause, encoding),
+            hub.metrics,
+            limit=self.config.consumer_buffer,
+            slow_timeout=self.config.slow_timeout,
+            ident=ident,
+        )
+        thread = channel.thread
+        # Decide and subscribe first (synchronously, so no event slips by), then welcome: the
+        # writer starts only after it, so the welcome is still the first frame.
+        position = (thread.thread_id, thread.seq, thread.epoch, self.config.node)
+        cause = hub.attach(channel, outbox, target.since, target.epoch)
+        try:
+            await ws.send(encode(control.welcome(*position, resumed=cause is None), encoding))
+        except ConnectionClosed:
+            hub.detach(channel, outbox)
+            return
+        outbox.start()
+        peer = Peer(connection.admission, self.guard.edit_bucket())
+        try:
+            async for message in ws:
+                try:
+                    await self._frame(channel, outbox, peer, message)
+                except PeerError as exc:
+                    hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+                    outbox.reply(Frame(control.error(exc)))
+        except ConnectionClosed:
+            pass
+        finally:
+            hub.detach(channel, outbox)
+            await outbox.stop()
+
+    async def _frame(
+        self, channel: Channel, outbox: Outbox, peer: Peer, message: str | bytes
+    ) -> None:
+        frame = decode(message)
+        self.guard.check_frame(frame)
+        command = control.parse_command(frame)
+        if isinstance(command, control.Resync):
+            outbox.repair(command.reason, command.holding)
+        elif isinstance(command, control.Ack):
+            outbox.acked = min(command.seq, channel.thread.seq)
+        else:
+            peer.admission.principal.require(WRITE)
+            self.guard.check_write(channel.thread.thread_id)
+            self.guard.rate(peer.bucket, peer.admission.principal.tenant)
+            await self._publish(channel, outbox, command)
+
+    async def _publish(self, channel: Channel, outbox: Outbox, command: control.Publish) -> None:
+        event, _ = parse_event(command.event)
+        kind = event["type"]
+        if kind == "STATE_DELTA":
+            check_patch(event["delta"])  # a malformed edit is this consumer's error, not the run's
+        elif kind != "STATE_SNAPSHOT":
+            raise PeerError("hub.publish takes STATE_DELTA or STATE_SNAPSHOT events")
+        guard, base = self.guard, command.base
+
+        def edit(thread: Thread) -> Outcome:
+            guard.check_event(thread, event)
+            if kind == "STATE_SNAPSHOT" and base != thread.seq:
+                # Checked on the copy the commit applies to: again after a lost race.
+                return Outcome(error=Conflict("edit rejected: the state changed since 'base'"))
+            return thread.publish(event)
+
+        outcome = await self.hub.submit(channel, edit)
+        if isinstance(outcome.error, PatchFailed):
+            self._conflict(outbox, f"edit rejected: {outcome.error.message}")
+        elif isinstance(outcome.error, Conflict):
+            outbox.reply(Frame(control.error(outcome.error)))
+            outbox.repair("conflict")
+        elif isinstance(outcome.error, HubError):
+            outbox.reply(Frame(control.error(outcome.error)))
+
+    def _conflict(self, outbox: Outbox, message: str) -> None:
+        self.hub.metrics.inc("agui_hub_events_rejected_total", code="conflict")
+        outbox.reply(Frame(control.error(Conflict(message))))
+        outbox.repair("conflict")

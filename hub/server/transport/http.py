@@ -1,0 +1,104 @@
+"""The HTTP GETs a node serves on its WebSocket port.
+
+- ``GET /v1/threads/{id}``         ``{threadId, epoch, seq, state, messages, run}``
+- ``GET /healthz``, ``/readyz``, ``/metrics``
+- ``GET /demo/...``, ``/js/...``   the demo pages and the browser client (hub.server.static)
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Protocol
+
+from websockets.http11 import Request, Response
+
+from hub.auth import ADMIN, is_thread_id
+from hub.errors import HubError, PeerError
+from hub.server.guard import Guard
+from hub.server.hub import Hub
+from hub.server.static import serve_static
+from hub.server.transport.common import (
+    CONSUMER_PATH,
+    error_response,
+    json_response,
+    query_of,
+    redirect,
+    text_response,
+)
+
+
+class Status(Protocol):
+    """What the node's own pages report about the server."""
+
+    @property
+    def draining(self) -> bool: ...
+
+    @property
+    def producers(self) -> int: ...
+
+
+class NodePages:
+    """The node's health, readiness and metrics, and the static files."""
+
+    def __init__(self, hub: Hub, guard: Guard, status: Status) -> None:
+        self.hub = hub
+        self.guard = guard
+        self.status = status
+
+    async def respond(self, request: Request, path: str) -> Response | None:
+        if path == "/healthz":
+            return text_response(HTTPStatus.OK, "ok\n")
+        if path == "/demo":
+            return redirect("/demo/")
+        static = serve_static(path)
+        if static is not None:
+            return static
+        if path == "/readyz":
+            hub = self.hub
+            ready = not self.status.draining and hub.store_ok and await hub.store.ping()
+            status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
+            return text_response(status, "ready\n" if ready else "not ready\n")
+        if path == "/metrics":
+            return self._metrics(request)
+        return None
+
+    def _metrics(self, request: Request) -> Response:
+        if not self.guard.auth.is_open:
+            try:
+                self.guard.authenticate(request.headers, query_of(request.path)).require(ADMIN)
+            except PeerError as exc:
+                return error_response(exc)
+        hub = self.hub
+        consumers = float(sum(len(c.consumers) for c in hub.channels.values()))
+        gauges = hub.gauges()
+        gauges.append(("agui_hub_connections", {"role": "consumer"}, consumers))
+        gauges.append(("agui_hub_connections", {"role": "producer"}, float(self.status.producers)))
+        return text_response(HTTPStatus.OK, hub.metrics.render(gauges), "text/plain; version=0.0.4")
+
+
+class ThreadView:
+    """``GET /v1/threads/{id}``: the thread as the store holds it, for a reader."""
+
+    def __init__(self, hub: Hub, guard: Guard) -> None:
+        self.hub = hub
+        self.guard = guard
+
+    async def respond(self, request: Request, path: str) -> Response | None:
+        match = CONSUMER_PATH.match(path)
+        if not (match and is_thread_id(match.group(1))):
+            return None
+        try:
+            thread_id = match.group(1)
+            scope = self.guard.scope_for("consumer", thread_id)
+            query = query_of(request.path)
+            admission = self.guard.admit(request.headers, query, thread_id, scope)
+        except PeerError as exc:
+            return error_response(exc)
+        try:
+            channel = await self.hub.channel(admission.key)
+            await self.hub.refresh(channel)
+        except HubError as exc:
+            return error_response(exc)
+        finally:
+            self.guard.leave(admission)
+        return json_response(HTTPStatus.OK, channel.thread.view())

@@ -3,9 +3,10 @@
 Every change to a thread is *submitted* and answered by a future (see :meth:`Persistence.submit`).
 
 - On a node-local store (memory, SQLite), :class:`LocalPersistence`: the node is the only
-  writer, so a change applies to the one copy at once, is fanned out at once (no await in
-  between, so every consumer sees one order), and its events are stored behind, in order, by
-  one persister task. Producers are acknowledged only for events the store has taken.
+  writer, so the changes of one turn of the event loop apply to the one copy together and are
+  fanned out together (no await in between, so every consumer sees one order), and their events
+  are stored behind, in order, by one persister task. Producers are acknowledged only for
+  events the store has taken.
 - On a shared store (Redis), :class:`SharedPersistence`: the store sequences; one writer per
   thread commits the changes in batches (see :mod:`hub.server.writer`).
 
@@ -23,6 +24,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from hub.core.thread import Event, Outcome
+from hub.errors import HubInternalError
 from hub.server.channel import Channel
 from hub.server.config import Config
 from hub.server.metrics import Metrics
@@ -163,18 +165,49 @@ class Persistence(ABC):
 
 
 class LocalPersistence(Persistence):
-    """A node-local store: apply and fan out now, store in order behind."""
+    """A node-local store: apply and fan out now, store in order behind.
+
+    Changes submitted in one turn of the event loop (the frames an agent's socket had waiting,
+    read one after the other without a pause) are applied together on the loop's next turn and
+    fanned out as one batch: one write per consumer, not one per event."""
+
+    def __init__(self, node: Node, store: Store, config: Config) -> None:
+        super().__init__(node, store, config)
+        self._pending: dict[Channel, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
 
     def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
-        """Never waits: the change applies at once, is fanned out at once and queued for the
-        store, and the future is already done."""
-        outcome = apply_change(change, channel.thread)
-        if outcome.events:
-            self.node.fan_out(channel, outcome.events)
-            self._write(("append", channel.key, outcome.events))
-        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        done.set_result(outcome)
-        return done
+        """Never waits for the store: the future is done on the loop's next turn."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outcome] = loop.create_future()
+        pending = self._pending.get(channel)
+        if pending is None:
+            pending = self._pending[channel] = []
+            loop.call_soon(self._apply, channel)
+        pending.append((change, future))
+        return future
+
+    def busy(self, channel: Channel) -> bool:
+        return super().busy(channel) or channel in self._pending
+
+    def _apply(self, channel: Channel) -> None:
+        """Every change waiting for the thread, in order, then one fan-out and one write."""
+        pending = self._pending.pop(channel, [])
+        events: list[Event] = []
+        outcomes = []
+        for change, _ in pending:
+            try:
+                outcome = apply_change(change, channel.thread)
+            except Exception:  # a bug: answer it, and keep the thread's other changes going
+                log.exception("applying a change to thread %s failed", channel.key)
+                outcome = Outcome(error=HubInternalError("internal error"))
+            events.extend(outcome.events)
+            outcomes.append(outcome)
+        if events:
+            self.node.fan_out(channel, events)
+            self._write(("append", channel.key, events))
+        for (_, future), outcome in zip(pending, outcomes, strict=True):
+            if not future.done():
+                future.set_result(outcome)
 
 
 class SharedPersistence(Persistence):

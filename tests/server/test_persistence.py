@@ -1,5 +1,6 @@
-"""Node-local persistence: a change is answered at once, its events are stored behind, and a
-thread's record is queued every ``compact_every`` events."""
+"""Node-local persistence: changes are answered on the loop's next turn, those of one turn
+together, their events are stored behind, and a thread's record is queued every
+``compact_every`` events."""
 
 from __future__ import annotations
 
@@ -15,9 +16,32 @@ async def test_a_node_local_change_is_answered_at_once_and_stored_behind() -> No
     future = hub.submit(
         channel, lambda thread: thread.publish({"type": "CUSTOM", "name": "a", "value": 1})
     )
-    assert future.done() and future.result().error is None
+    assert (await future).error is None
     assert hub.persistence.busy(channel)  # one event since the record was written
     await hub.publish(channel, {"type": "CUSTOM", "name": "b", "value": 2})
     assert not hub.persistence.busy(channel)  # the record is queued: compact_every reached
     await hub.close()
     assert channel.persisted_seq == 2
+
+
+async def test_changes_of_one_loop_turn_apply_together_as_one_fan_out() -> None:
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    await hub.start()
+    channel = await hub.channel("t")
+    fanned: list[int] = []
+    real = hub.fan_out
+
+    def counting(channel_: object, events: list[dict[str, object]], **kw: bool) -> None:
+        fanned.append(len(events))
+        real(channel, events, **kw)  # type: ignore[arg-type]
+
+    hub.fan_out = counting  # type: ignore[method-assign]
+    events = [{"type": "CUSTOM", "name": "n", "value": i} for i in range(5)]
+    futures = [hub.submit(channel, lambda t, e=e: t.publish(e)) for e in events]
+    futures.append(hub.submit(channel, lambda t: t.publish({"type": "RUN_FINISHED"})))
+    outcomes = [await f for f in futures]
+    assert fanned == [5]  # one batch; the refused one (no run is open) took no part
+    assert [o.events[0]["metadata"]["hub"]["seq"] for o in outcomes[:5]] == [1, 2, 3, 4, 5]
+    assert outcomes[5].error is not None and outcomes[5].events == []
+    assert channel.thread.seq == 5
+    await hub.close()

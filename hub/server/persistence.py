@@ -167,24 +167,38 @@ class Persistence(ABC):
 class LocalPersistence(Persistence):
     """A node-local store: apply and fan out now, store in order behind.
 
-    Changes submitted in one turn of the event loop (the frames an agent's socket had waiting,
-    read one after the other without a pause) are applied together on the loop's next turn and
-    fanned out as one batch: one write per consumer, not one per event."""
+    A change to a thread that was quiet applies and goes out at once. Changes that follow it
+    closely (within ``BURST`` seconds: the frames an agent's socket had waiting, read one after
+    the other) are applied together on the loop's next turn and fanned out as one batch: one
+    write per consumer, not one per event. So a trickle keeps its latency and a burst costs a
+    write per consumer per batch."""
+
+    #: Seconds after a thread's last apply within which a change waits to join a batch.
+    BURST = 0.002
 
     def __init__(self, node: Node, store: Store, config: Config) -> None:
         super().__init__(node, store, config)
         self._pending: dict[Channel, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
+        self._applied_at: dict[Channel, float] = {}
 
     def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
-        """Never waits for the store: the future is done on the loop's next turn."""
+        """Never waits for the store: the future is done now, or on the loop's next turn."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outcome] = loop.create_future()
         pending = self._pending.get(channel)
         if pending is None:
+            if loop.time() - self._applied_at.get(channel, -1.0) > self.BURST:
+                self._pending[channel] = [(change, future)]
+                self._apply(channel)  # quiet until now: no batch to wait for
+                return future
             pending = self._pending[channel] = []
             loop.call_soon(self._apply, channel)
         pending.append((change, future))
         return future
+
+    def unloaded(self, channel: Channel) -> None:
+        super().unloaded(channel)
+        self._applied_at.pop(channel, None)
 
     def busy(self, channel: Channel) -> bool:
         return super().busy(channel) or channel in self._pending
@@ -192,6 +206,7 @@ class LocalPersistence(Persistence):
     def _apply(self, channel: Channel) -> None:
         """Every change waiting for the thread, in order, then one fan-out and one write."""
         pending = self._pending.pop(channel, [])
+        self._applied_at[channel] = asyncio.get_running_loop().time()
         events: list[Event] = []
         outcomes = []
         for change, _ in pending:

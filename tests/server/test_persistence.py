@@ -24,7 +24,7 @@ async def test_a_node_local_change_is_answered_at_once_and_stored_behind() -> No
     assert channel.persisted_seq == 2
 
 
-async def test_changes_of_one_loop_turn_apply_together_as_one_fan_out() -> None:
+async def test_a_quiet_threads_change_goes_out_at_once_and_a_burst_as_one_fan_out() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
     await hub.start()
     channel = await hub.channel("t")
@@ -36,12 +36,13 @@ async def test_changes_of_one_loop_turn_apply_together_as_one_fan_out() -> None:
         real(channel, events, **kw)  # type: ignore[arg-type]
 
     hub.fan_out = counting  # type: ignore[method-assign]
-    events = [{"type": "CUSTOM", "name": "n", "value": i} for i in range(5)]
+    events = [{"type": "CUSTOM", "name": "n", "value": i} for i in range(6)]
     futures = [hub.submit(channel, lambda t, e=e: t.publish(e)) for e in events]
+    assert futures[0].done() and not futures[1].done()  # the first went out at once
     futures.append(hub.submit(channel, lambda t: t.publish({"type": "RUN_FINISHED"})))
-    outcomes = [await f for f in futures]
-    assert fanned == [5]  # one batch; the refused one (no run is open) took no part
-    assert [o.events[0]["metadata"]["hub"]["seq"] for o in outcomes[:5]] == [1, 2, 3, 4, 5]
+    outcomes = [await f for f in futures[1:]]
+    assert fanned == [1, 5]  # then one batch; the refused one (no run is open) took no part
+    assert [o.events[0]["metadata"]["hub"]["seq"] for o in outcomes[:5]] == [2, 3, 4, 5, 6]
     assert outcomes[5].error is not None and outcomes[5].events == []
-    assert channel.thread.seq == 5
+    assert channel.thread.seq == 6
     await hub.close()

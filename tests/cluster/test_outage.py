@@ -79,6 +79,7 @@ async def test_a_long_redis_outage_leaves_no_trace_of_refused_events_and_heals(
     ):
         agent, _ = await Agent.open(f"{a.ws}/v1/threads/t/agent")
         seen: set[str] = set()  # every key any reader was shown during the outage
+        joined = 0  # consumers that joined during it
 
         async def stream(count: int, prefix: str) -> None:
             for i in range(count):
@@ -101,6 +102,12 @@ async def test_a_long_redis_outage_leaves_no_trace_of_refused_events_and_heals(
                 other, welcome = await asyncio.wait_for(Agent.open(f"{b.ws}/v1/threads/t/agent"), 2)
                 seen.update(welcome["input"]["state"])
                 await other.client.close()
+            with contextlib.suppress(Exception):  # a consumer joining now: its snapshot
+                joiner = await asyncio.wait_for(Client.open(f"{a.ws}/v1/threads/t"), 2)
+                got = await joiner.recv_until(lambda e: e["type"] == "STATE_SNAPSHOT", 2)
+                seen.update(got[-1]["snapshot"])
+                joined += 1
+                await joiner.close()
             seen.update(on_a.state or {})
             seen.update(on_b.state or {})
             await asyncio.sleep(0.3)
@@ -109,6 +116,7 @@ async def test_a_long_redis_outage_leaves_no_trace_of_refused_events_and_heals(
         await writing
         await agent.settled(TIMEOUT)  # answered in order, and at once: nothing stalls
 
+        assert joined > 0  # joins went on while Redis was down (from the node's copy)
         first_sent = agent.committed()
         assert seen <= first_sent, f"shown though never stored: {sorted(seen - first_sent)}"
         # The agent sends again what was refused (as the README says), then carries on.

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from hub.core.consumer import ConsumerView, Held
@@ -25,6 +26,8 @@ from hub.wire.control import Holding
 log = logging.getLogger("agui_hub.consumer")
 
 CLOSE_SLOW = 4008
+#: Close code for a consumer whose writer failed (a hub bug): reconnect.
+CLOSE_INTERNAL = 1011
 #: Replies (``hub.error``) kept for one consumer; a client that provokes more loses the oldest.
 MAX_REPLIES = 64
 #: Queued frames written to a consumer in one go.
@@ -247,8 +250,11 @@ class Outbox:
         self._closing = asyncio.create_task(self._close_slow())
 
     async def _close_slow(self) -> None:
+        await self._close(CLOSE_SLOW, "consumer too slow")
+
+    async def _close(self, code: int, reason: str) -> None:
         with contextlib.suppress(Exception):
-            await self.socket.close(CLOSE_SLOW, "consumer too slow")
+            await self.socket.close(code, reason)
 
     async def _run(self) -> None:
         try:
@@ -281,5 +287,12 @@ class Outbox:
                             self._held = frame.held
         except asyncio.CancelledError:
             raise
-        except Exception:  # the socket closed under us; the reader side cleans up
+        except (ConnectionClosed, OSError):  # the socket closed under us; the reader cleans up
             self.closed = True
+        except Exception:
+            # Our bug (on the repair path, say): a consumer left connected would wait in
+            # silence forever. Say so, count it, and close it so that it reconnects.
+            self.closed = True
+            log.exception("consumer %s: its writer failed; closing it with 1011", self.ident)
+            self.metrics.inc("agui_hub_internal_errors_total", where="outbox")
+            self._closing = asyncio.create_task(self._close(CLOSE_INTERNAL, "internal error"))

@@ -3,7 +3,8 @@ from.
 
 - :mod:`hub.auth.principal`: scopes, tenants, thread ids and patterns, :class:`Principal`.
 - :mod:`hub.auth.tokens`: :class:`AuthConfig`, :class:`Authenticator`, :func:`mint_token`.
-- :mod:`hub.auth.perimeter`: :func:`check_origin`, :func:`bind_allowed`, :func:`redact_query`.
+- :mod:`hub.auth.perimeter`: :func:`check_origin`, :func:`bind_allowed`, :func:`host_allowed`,
+  :func:`redact_query`.
 
 Errors: :class:`~hub.errors.Unauthenticated` (``unauthenticated``, close 4001),
 :class:`~hub.errors.Forbidden` (``forbidden``, close 4003), and
@@ -14,6 +15,7 @@ from hub.auth.perimeter import (
     QUERY_PARAM,
     bind_allowed,
     check_origin,
+    host_allowed,
     is_loopback,
     parse_origin_allowlist,
     redact_query,
@@ -67,6 +69,7 @@ __all__ = [
     "bind_allowed",
     "check_origin",
     "extract_token",
+    "host_allowed",
     "is_loopback",
     "is_thread_id",
     "mint_token",

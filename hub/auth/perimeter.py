@@ -107,6 +107,22 @@ def is_loopback(host: str | None) -> bool:
     return address.is_loopback
 
 
+def host_allowed(host_header: str | None, bound: str | None) -> bool:
+    """In open mode (no token key), only a loopback ``Host`` (or the address the hub is bound
+    to) may reach the hub: DNS rebinding makes a page on ``evil.example`` talk to 127.0.0.1 with
+    ``Host: evil.example``, and the browser calls that same-origin. Clients that send no
+    ``Host`` (not browsers) pass."""
+    if host_header is None:
+        return True
+    name = host_header.strip()
+    if name.startswith("["):  # [v6]:port
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:  # host:port
+        name = name.partition(":")[0]
+    bound_name = (bound or "").strip().lower().removeprefix("[").removesuffix("]")
+    return is_loopback(name) or (bool(bound_name) and name.lower().rstrip(".") == bound_name)
+
+
 def bind_allowed(host: str | None, auth_configured: bool, insecure: bool) -> None:
     """Refuse to serve without auth beyond loopback unless ``insecure``.
 

@@ -24,7 +24,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from hub.auth import bind_allowed
+from hub.auth import bind_allowed, host_allowed
 from hub.errors import BadPath
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config
@@ -43,6 +43,7 @@ from hub.server.transport.common import (
 )
 from hub.server.transport.consumer import ConsumerEndpoint
 from hub.server.transport.http import NodePages, ThreadView
+from hub.server.upstream import Upstream
 from hub.store import open_store
 from hub.wire.codec import JSON, MSGPACK, MSGPACK_SUBPROTOCOL, Encoding
 
@@ -67,9 +68,10 @@ class HubServer:
         hub.on_unload = self.guard.forget_thread
         self.receipts = ReceiptsService(hub, self.guard, receipts)
         self.agents = AgentEndpoint(hub, self.guard)
+        self.upstream = Upstream(hub, self.guard)
         self.sockets: list[SocketRoute] = [
             self.receipts,
-            ConsumerEndpoint(hub, self.guard),
+            ConsumerEndpoint(hub, self.guard, self.upstream),
             self.agents,
         ]
         self.pages: list[HttpRoute] = [
@@ -143,6 +145,7 @@ class HubServer:
             if others:
                 await asyncio.wait(others, timeout=self.config.drain_timeout)
             await self.server.wait_closed()
+        await self.upstream.close()  # its runs end before the store is flushed
         await self.receipts.close()
         await self.hub.close()
 
@@ -160,6 +163,14 @@ class HubServer:
     ) -> Response | None:
         if CONTROL.search(request.path):
             return json_response(HTTPStatus.NOT_FOUND, BadPath("no such path").as_value())
+        if self.guard.auth.is_open and not host_allowed(
+            request.headers.get("Host"), self.config.host
+        ):
+            self.guard.refused("bad_host")
+            return json_response(
+                HTTPStatus.FORBIDDEN,
+                {"code": "bad_host", "message": "without a token key, only loopback hosts"},
+            )
         if request.headers.get("Upgrade", "").lower() == "websocket":
             try:
                 self._socket_route(request.path)

@@ -1,0 +1,94 @@
+"""Server-sent events, the client side, sans I/O: feed bytes, get each event's ``data``.
+
+What AG-UI agents answer a ``RunAgentInput`` with (``text/event-stream``, one event per
+``data:`` line). The parser follows the WHATWG rules for what it keeps: lines end with LF, CR
+or CRLF (a CR at the end of one chunk and an LF at the start of the next are one line end);
+the ``data`` lines of one event are joined with LF; an event is dispatched at a blank line,
+and one without ``data`` dispatches nothing; comments (``:``), ``event:``, ``id:``, ``retry:``
+and unknown fields are ignored; a last event not followed by a blank line when the stream ends
+is dropped. A leading UTF-8 BOM is skipped. Bytes that are not UTF-8 are replaced, as the
+spec says; the AG-UI decoder refuses what that breaks.
+
+Bounded: one event (its pending line and data) may hold at most ``max_event`` bytes, past
+which :class:`~hub.errors.LimitExceeded` (``frame_too_large``) is raised.
+"""
+
+from __future__ import annotations
+
+from hub.errors import LimitExceeded
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEParser:
+    def __init__(self, max_event: int = 1 << 20) -> None:
+        self.max_event = max_event
+        self._buffer = bytearray()
+        self._data: list[str] = []
+        self._size = 0
+        #: The last chunk ended with CR: an LF first in the next one ends nothing more.
+        self._after_cr = False
+        self._started = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The ``data`` of every event completed by ``chunk``, in order."""
+        if not chunk:
+            return []
+        buffer = self._buffer
+        if self._after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._after_cr = False
+        buffer += chunk
+        if not self._started:
+            if len(buffer) < len(_BOM) and _BOM.startswith(bytes(buffer)):
+                return []  # maybe a BOM, not whole yet
+            self._started = True
+            if buffer.startswith(_BOM):
+                del buffer[: len(_BOM)]
+        events: list[str] = []
+        start = 0
+        end = len(buffer)
+        while start < end:
+            lf = buffer.find(b"\n", start)
+            cr = buffer.find(b"\r", start, lf if lf >= 0 else end)
+            if cr >= 0:
+                stop, next_start = cr, cr + 1
+                if next_start < end and buffer[next_start] == 0x0A:
+                    next_start += 1
+                elif next_start == end:
+                    self._after_cr = True
+            elif lf >= 0:
+                stop, next_start = lf, lf + 1
+            else:
+                break
+            self._line(bytes(buffer[start:stop]), events)
+            start = next_start
+        del buffer[:start]
+        if self._size + len(buffer) > self.max_event:
+            self._too_large()
+        return events
+
+    def _line(self, raw: bytes, events: list[str]) -> None:
+        if not raw:
+            if self._data:
+                events.append("\n".join(self._data))
+            self._data, self._size = [], 0
+            return
+        if raw[:1] == b":":
+            return
+        name, colon, value = raw.partition(b":")
+        if name != b"data":
+            return
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        self._size += len(value) + 1
+        if self._size > self.max_event:
+            self._too_large()
+        self._data.append(value.decode("utf-8", errors="replace"))
+
+    def _too_large(self) -> None:
+        raise LimitExceeded(
+            "frame_too_large",
+            f"an event of the stream is larger than {self.max_event} bytes",
+            limit=self.max_event,
+        )

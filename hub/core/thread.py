@@ -66,6 +66,8 @@ class Thread:
         self.messages = MessageLog()
         #: The RUN_STARTED event of the open run, or None.
         self.run: Event | None = None
+        #: The id of the last run started (open or ended): the next run's ``parentRunId``.
+        self.last_run_id: str | None = None
         #: Streaming items still open, in the order they opened: key -> the event that opened it.
         self.open: dict[str, Event] = {}
         #: Items opened by TEXT_MESSAGE_CHUNK / TOOL_CALL_CHUNK; closed by the next other event.
@@ -216,6 +218,7 @@ class Thread:
         if self.run is not None:
             raise InvalidSequence(f"run {self.run_id!r} is still open")
         self.run = event
+        self.last_run_id = str(event.get("runId"))
         return event
 
     def _on_run_finished(self, event: Event) -> Event:
@@ -400,6 +403,7 @@ class Thread:
             "state": self.state,
             "messages": self.messages.items,
             "run": self.run,
+            "lastRun": self.last_run_id,
             "open": list(self.open.items()),
             "chunked": list(self._chunked),
         }
@@ -419,6 +423,7 @@ class Thread:
         thread.doc.root = record["state"]
         thread.messages = MessageLog(record["messages"])
         thread.run = record["run"]
+        thread.last_run_id = record.get("lastRun")
         thread.open = {key: start for key, start in record["open"]}
         thread._chunked = list(record["chunked"])
         for event in log:

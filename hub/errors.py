@@ -226,3 +226,38 @@ class BadSession(PeerError):
 
 
 ERROR_CODES["bad_session"] = "a hub.session request or session dict that does not fit its shape"
+
+
+# --- Upstream agents (hub/server/upstream.py) ---------------------------------------------------
+
+
+class RunInProgress(PeerError):
+    """A run was asked for on a thread whose run is still open: one run at a time."""
+
+    code = "run_in_progress"
+
+
+class UnknownAgent(PeerError):
+    """``hub.run`` names an agent the hub is not configured to call."""
+
+    code = "unknown_agent"
+
+
+class UnknownRun(PeerError):
+    """``hub.cancel`` names a run that is not the thread's open run."""
+
+    code = "unknown_run"
+
+
+ERROR_CODES.update(
+    {
+        "run_in_progress": "a run was asked for while the thread's run is still open",
+        "unknown_agent": "hub.run names an agent the hub is not configured to call",
+        "unknown_run": "hub.cancel names a run that is not the thread's open run",
+        # RUN_ERROR codes of runs the hub calls an agent for (never hub.error frames):
+        "agent_unavailable": "RUN_ERROR: the agent's endpoint could not be reached",
+        "agent_error": "RUN_ERROR: the agent answered an HTTP error or a stream that is not AG-UI",
+        "agent_timeout": "RUN_ERROR: the agent went silent for longer than the agent timeout",
+        "cancelled": "RUN_ERROR: the run was cancelled (hub.cancel)",
+    }
+)

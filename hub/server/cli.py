@@ -18,7 +18,7 @@ from hub.errors import ConfigError
 from hub.limits import Limits
 from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
-from hub.server.config import Config
+from hub.server.config import AgentTarget, Config
 
 #: Where the HS256 secret may come from instead of a file (keeps it out of ``ps``).
 SECRET_ENV = "AGUI_HUB_JWT_SECRET"
@@ -92,6 +92,35 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         metavar="WORDS",
         help="another key pattern that names a secret (e.g. session_key)",
     )
+    agents = parser.add_argument_group("upstream AG-UI agents the hub calls (hub.run)")
+    agents.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="an AG-UI HTTP endpoint the hub may run as NAME (repeat)",
+    )
+    agents.add_argument(
+        "--agent-header",
+        action="append",
+        default=[],
+        metavar="NAME=HEADER:VALUE",
+        help="a header on every request to agent NAME (repeat)",
+    )
+    agents.add_argument(
+        "--agent-token-file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="send 'Authorization: Bearer <the file's content>' to agent NAME",
+    )
+    agents.add_argument(
+        "--agent-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds an agent may stay silent before its run ends (default 60)",
+    )
     receipts = parser.add_argument_group("handoff receipts (the operator board, thread 'ops')")
     for flag, default, what in (
         ("--ack-window", Policy.ack_window_s, "a delegation may go unaccepted"),
@@ -120,10 +149,53 @@ def _config(args: argparse.Namespace) -> Config:
             patterns=(*SecretPolicy().patterns, *args.secret_pattern), mode=args.secrets
         ),
         receipts_policy=_receipts_policy(args),
+        agents=_agents(args.agent, args.agent_header, args.agent_token_file),
+        agent_timeout=args.agent_timeout,
     )
+    if config.agent_timeout <= 0:
+        raise ConfigError("--agent-timeout must be positive")
     if args.node:
         config.node = args.node
     return config
+
+
+def _agents(
+    specs: list[str], header_specs: list[str], token_files: list[str]
+) -> dict[str, AgentTarget]:
+    """``--agent NAME=URL`` with its ``--agent-header NAME=H:V`` and ``--agent-token-file
+    NAME=PATH``. Only http(s) URLs; a header or token for an agent not named is an error."""
+    urls: dict[str, str] = {}
+    for spec in specs:
+        name, _, url = spec.partition("=")
+        if not name or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"--agent needs NAME=http(s)://..., got {spec!r}")
+        if name in urls:
+            raise ConfigError(f"agent {name!r} is given twice")
+        urls[name] = url
+    headers: dict[str, list[tuple[str, str]]] = {name: [] for name in urls}
+
+    def target(option: str, spec: str) -> tuple[str, str]:
+        name, _, rest = spec.partition("=")
+        if name not in urls:
+            raise ConfigError(f"{option} names agent {name!r}, which no --agent gives")
+        return name, rest
+
+    for spec in header_specs:
+        name, rest = target("--agent-header", spec)
+        header, colon, value = rest.partition(":")
+        if not colon or not header.strip() or any(c in rest for c in "\r\n"):
+            raise ConfigError(f"--agent-header needs NAME=HEADER:VALUE (agent {name!r})")
+        headers[name].append((header.strip(), value.strip()))
+    for spec in token_files:
+        name, path = target("--agent-token-file", spec)
+        try:
+            token = Path(path).read_text().strip()
+        except OSError:
+            raise ConfigError(f"cannot read the token file of agent {name!r}") from None
+        if not token or any(c in token for c in "\r\n"):
+            raise ConfigError(f"the token file of agent {name!r} must hold one token")
+        headers[name].append(("Authorization", f"Bearer {token}"))
+    return {name: AgentTarget(name, url, tuple(headers[name])) for name, url in urls.items()}
 
 
 def _receipts_policy(args: argparse.Namespace) -> Policy:

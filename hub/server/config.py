@@ -12,6 +12,16 @@ from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 
 
+@dataclass(frozen=True)
+class AgentTarget:
+    """An AG-UI agent the hub calls (``--agent NAME=URL``): its endpoint, and the headers its
+    requests carry (``--agent-header``, ``--agent-token-file``), never the caller's."""
+
+    name: str
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
 def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -52,6 +62,10 @@ class Config:
     secrets: SecretPolicy = field(default_factory=SecretPolicy)
     #: The receipts classifier's windows (the operator board, hub.server.receipts).
     receipts_policy: Policy = field(default_factory=Policy)
+    #: Agents the hub calls over HTTP (``hub.run``), by name (hub.server.upstream).
+    agents: dict[str, AgentTarget] = field(default_factory=dict)
+    #: Seconds an agent's stream may stay silent (or take to connect) before ``agent_timeout``.
+    agent_timeout: float = 60.0
 
     @property
     def max_frame(self) -> int:

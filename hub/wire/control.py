@@ -12,6 +12,8 @@ ERROR = "hub.error"
 ACK = "hub.ack"
 HEARTBEAT = "hub.heartbeat"
 SESSION = "hub.session"
+RUN = "hub.run"
+CANCEL = "hub.cancel"
 
 
 def custom(name: str, value: Any) -> dict[str, Any]:
@@ -65,7 +67,24 @@ class Publish:
     event: dict[str, Any]
 
 
-Command = Resync | Ack | Publish
+@dataclass(frozen=True)
+class Run:
+    """Run the configured agent ``agent`` on the thread with these new input messages; the
+    rest of the ``RunAgentInput`` fields are passed as given (the hub validates them)."""
+
+    agent: str
+    messages: list[Any]
+    tools: list[Any]
+    context: list[Any]
+    forwarded_props: Any
+
+
+@dataclass(frozen=True)
+class Cancel:
+    run_id: str
+
+
+Command = Resync | Ack | Publish | Run | Cancel
 
 #: Bounds on a consumer's ``holding`` claim.
 MAX_HOLDING_ITEMS = 256
@@ -115,6 +134,22 @@ def parse_command(obj: dict[str, Any]) -> Command:
         if not isinstance(event, dict):
             raise PeerError("hub.publish needs an 'event' object")
         return Publish(base, event)
+    if kind == RUN:
+        agent = obj.get("agent")
+        if not isinstance(agent, str) or not agent or len(agent) > MAX_ID_LENGTH:
+            raise PeerError("hub.run needs an 'agent' name")
+        lists = {}
+        for name in ("messages", "tools", "context"):
+            value = obj.get(name, [])
+            if not isinstance(value, list):
+                raise PeerError(f"hub.run '{name}' must be a list")
+            lists[name] = value
+        return Run(agent, **lists, forwarded_props=obj.get("forwardedProps", {}))
+    if kind == CANCEL:
+        run_id = obj.get("runId")
+        if not isinstance(run_id, str) or not run_id or len(run_id) > MAX_ID_LENGTH:
+            raise PeerError("hub.cancel needs a 'runId'")
+        return Cancel(run_id)
     if kind == SESSION:
         raise Forbidden("agent sessions are for agents: consumers cannot read or set them")
     raise UnknownCommand(f"unknown command type {str(kind)[:64]!r}")

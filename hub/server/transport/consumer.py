@@ -2,8 +2,9 @@
 
 A consumer is welcomed with the thread's position, then fed by the hub's fan-out through its
 own bounded :class:`~hub.server.outbox.Outbox`. What it sends: ``hub.resync`` (repair me),
-``hub.ack`` (what it holds), or ``hub.publish`` (an edit: a ``STATE_DELTA`` or a
-``STATE_SNAPSHOT`` against ``base``).
+``hub.ack`` (what it holds), ``hub.publish`` (an edit: a ``STATE_DELTA`` or a
+``STATE_SNAPSHOT`` against ``base``), or ``hub.run`` / ``hub.cancel`` (run a configured
+upstream agent on the thread, or cancel the run: see hub.server.upstream).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from hub.core.patch import check_patch
 from hub.core.thread import Outcome, Thread
 from hub.errors import Conflict, HubError, PatchFailed, PeerError
 from hub.server.channel import Channel
-from hub.server.guard import Admission
+from hub.server.guard import Admission, Guard
+from hub.server.hub import Hub
 from hub.server.outbox import Outbox
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint
+from hub.server.upstream import Upstream
 from hub.wire import control
 from hub.wire.codec import Frame, decode, encode
 from hub.wire.events import parse_event
@@ -29,6 +32,10 @@ _ids = itertools.count(1)
 
 class ConsumerEndpoint(ThreadEndpoint):
     role = "consumer"
+
+    def __init__(self, hub: Hub, guard: Guard, upstream: Upstream | None = None) -> None:
+        super().__init__(hub, guard)
+        self.upstream = upstream or Upstream(hub, guard)
 
     async def open(self, target: Route, admission: Admission) -> Channel:
         channel = await self.hub.channel(admission.key)
@@ -92,7 +99,13 @@ class ConsumerEndpoint(ThreadEndpoint):
             peer.admission.principal.require(WRITE)
             self.guard.check_write(channel.thread.thread_id)
             self.guard.rate(peer.bucket, peer.admission.principal.tenant)
-            await self._publish(channel, outbox, command)
+            if isinstance(command, control.Run):
+                started = await self.upstream.start(channel, command)
+                outbox.reply(Frame(control.custom(control.RUN, started)))
+            elif isinstance(command, control.Cancel):
+                await self.upstream.cancel(channel, command.run_id)
+            else:
+                await self._publish(channel, outbox, command)
 
     async def _publish(self, channel: Channel, outbox: Outbox, command: control.Publish) -> None:
         event, _ = parse_event(command.event)

@@ -1,0 +1,328 @@
+"""Runs the hub calls an AG-UI agent for (``--agent NAME=URL``; ``hub.run`` / ``hub.cancel``).
+
+Every AG-UI framework serves an agent as ``POST`` of a ``RunAgentInput`` answered with
+``text/event-stream``. To run one on a thread the hub:
+
+1. opens the run itself, in one change against the thread's authoritative copy: refused with
+   ``run_in_progress`` if a run is open; else ``RUN_STARTED`` (a fresh ``runId``,
+   ``parentRunId`` = the thread's previous run) and, when there are new input messages, a
+   ``MESSAGES_SNAPSHOT`` of the thread's messages plus those, so every consumer holds them
+   before the agent answers. The ``RunAgentInput`` is built in the same change: the state
+   and messages it carries are exactly what the run starts from.
+2. ``POST``s it with the agent's configured headers (never the caller's token) and feeds the
+   answer through :class:`~hub.wire.sse.SSEParser`. Each ``data`` payload is decoded,
+   checked and submitted as an agent connection's frame is (``parse_event``, the guard's
+   limits inside the change, pacing, ``Hub.submit``). The agent's own ``RUN_STARTED`` must
+   come first and name this run; the hub has published it already, so it is not repeated.
+3. ends the run with ``RUN_ERROR`` when the agent does not: ``agent_unavailable`` (cannot
+   connect), ``agent_error`` (HTTP >= 400, not an event stream, a payload that is not an
+   AG-UI event, a stream that starts with something else or stops before the run's end),
+   ``agent_timeout`` (silent for ``agent_timeout`` seconds), ``cancelled`` (``hub.cancel``).
+   Only this run is ended: if it is over already, nothing is published.
+
+The node that started a run is the one that calls the agent; the others see the events
+through the store like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from typing import Any
+
+import httpx
+from ag_ui.core import RunAgentInput
+from pydantic import ValidationError
+
+from hub.core.thread import Event, Outcome, Thread
+from hub.errors import (
+    HubError,
+    MalformedPatch,
+    PeerError,
+    RunInProgress,
+    UnknownAgent,
+    UnknownRun,
+)
+from hub.server.channel import Channel
+from hub.server.config import AgentTarget
+from hub.server.guard import Guard
+from hub.server.hub import Hub
+from hub.server.node import Change
+from hub.wire import control
+from hub.wire.codec import decode
+from hub.wire.events import parse_event
+from hub.wire.sse import SSEParser
+
+log = logging.getLogger("agui_hub.upstream")
+
+#: Events of one run submitted and not yet committed; past that the stream is not read.
+MAX_IN_FLIGHT = 256
+#: Seconds a cancel (or a draining node) waits for a run to close its request and end.
+STOP_TIMEOUT = 5.0
+
+
+class Upstream:
+    """The node's runs of upstream agents, by (thread key, run id)."""
+
+    def __init__(self, hub: Hub, guard: Guard) -> None:
+        self.hub = hub
+        self.guard = guard
+        self.config = hub.config
+        self.runs: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._client: httpx.AsyncClient | None = None
+        self._closing = False
+
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.config.agent_timeout),
+                limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+                trust_env=False,  # no proxy from the environment: the URL is the endpoint
+                follow_redirects=False,
+            )
+        return self._client
+
+    async def close(self) -> None:
+        """The node is going away: end its runs (``agent_disconnected``), close the client."""
+        self._closing = True
+        tasks = list(self.runs.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
+        if self._client is not None:
+            await self._client.aclose()
+
+    # -- starting and cancelling ----------------------------------------------------------------
+
+    async def start(self, channel: Channel, command: control.Run) -> dict[str, str]:
+        """Open a run on the thread and start calling the agent: ``{threadId, runId}``."""
+        target = self.config.agents.get(command.agent)
+        if target is None:
+            raise UnknownAgent("no agent of that name is configured")
+        thread_id = channel.thread.thread_id
+        self.guard.check_write(thread_id)
+        added = _input_messages(command)
+        run_id = str(uuid.uuid4())
+        guard = self.guard
+        built: dict[str, Any] = {}
+
+        def open_run(thread: Thread) -> Outcome:
+            if thread.run is not None:
+                return Outcome(error=RunInProgress("the thread has a run open; one at a time"))
+            new = [m for m in added if thread.messages.get(m["id"]) is None]
+            snapshot: Event | None = None
+            if new:
+                snapshot = {"type": "MESSAGES_SNAPSHOT", "messages": [*thread.messages.items, *new]}
+                guard.check_event(thread, snapshot)
+            started: Event = {"type": "RUN_STARTED", "threadId": thread.thread_id, "runId": run_id}
+            if thread.last_run_id is not None:
+                started["parentRunId"] = thread.last_run_id
+            outcome = thread.publish(started)
+            if outcome.error is None and snapshot is not None:
+                more = thread.publish(snapshot)
+                outcome.events += more.events
+                if more.error is not None:
+                    aborted = thread.abort_run(more.error.message, more.error.code)
+                    outcome.events += [] if aborted is None else [aborted]
+                    outcome.error = more.error
+            if outcome.error is None:
+                built.update(
+                    thread.input(),
+                    runId=run_id,
+                    tools=command.tools,
+                    context=command.context,
+                    forwardedProps=command.forwarded_props,
+                )
+                if "parentRunId" in started:
+                    built["parentRunId"] = started["parentRunId"]
+            return outcome
+
+        outcome = await asyncio.shield(self.hub.submit(channel, open_run))
+        if outcome.error is not None:
+            raise outcome.error
+        channel.producers += 1  # keeps the thread loaded while the run lasts
+        task = asyncio.create_task(self._run(channel, target, run_id, dict(built)))
+        self.runs[(channel.key, run_id)] = task
+        return {"threadId": thread_id, "runId": run_id}
+
+    async def cancel(self, channel: Channel, run_id: str) -> None:
+        """End the run ``run_id`` with ``RUN_ERROR`` ``cancelled``: this node's call to the
+        agent is closed; a run this node does not call (another node's, or an agent
+        connection's) is ended in the thread all the same."""
+        task = self.runs.get((channel.key, run_id))
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=STOP_TIMEOUT)
+            return
+        if channel.thread.run_id != run_id:
+            raise UnknownRun("that run is not open on this thread")
+        outcome = await asyncio.shield(
+            self.hub.submit(channel, _ending(run_id, "the run was cancelled", "cancelled"))
+        )
+        if outcome.error is not None:
+            raise outcome.error
+
+    # -- one run --------------------------------------------------------------------------------
+
+    async def _run(self, channel: Channel, target: AgentTarget, run_id: str, body: Any) -> None:
+        code, message = "agent_error", "the agent's run failed"
+        try:
+            code, message = await self._call(channel, target, run_id, body)
+        except asyncio.CancelledError:
+            if self._closing:
+                code, message = "agent_disconnected", "the hub node running the agent stopped"
+            else:
+                code, message = "cancelled", "the run was cancelled"
+        except Exception:
+            log.exception("the run %s of agent %s failed", run_id, target.name)
+        finally:
+            self.runs.pop((channel.key, run_id), None)
+            channel.producers -= 1
+        try:
+            await asyncio.shield(self.hub.submit(channel, _ending(run_id, message, code)))
+        except Exception:
+            log.exception("ending the run %s failed", run_id)
+
+    async def _call(
+        self, channel: Channel, target: AgentTarget, run_id: str, body: Any
+    ) -> tuple[str, str]:
+        """Call the agent and submit what it streams; the code and message to end the run with
+        if it is still open when this returns."""
+        headers = {**dict(target.headers), "Accept": "text/event-stream"}
+        try:
+            async with self.client().stream(
+                "POST", target.url, json=body, headers=headers
+            ) as response:
+                if response.status_code >= 400:
+                    return "agent_error", f"the agent answered HTTP {response.status_code}"
+                kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if kind != "text/event-stream":
+                    return "agent_error", "the agent's answer is not an event stream"
+                return await self._stream(channel, response, target, run_id)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            return "agent_unavailable", "the agent could not be reached"
+        except httpx.TimeoutException:
+            return "agent_timeout", f"the agent was silent for {self.config.agent_timeout:g} s"
+        except httpx.HTTPError:
+            return "agent_error", "the agent's stream broke off"
+
+    async def _stream(
+        self, channel: Channel, response: httpx.Response, target: AgentTarget, run_id: str
+    ) -> tuple[str, str]:
+        hub, guard = self.hub, self.guard
+        parser = SSEParser(max_event=self.config.max_frame)
+        bucket = guard.connection_bucket()
+        tenant = channel.key.partition("/")[0]
+        pending: deque[asyncio.Future[Outcome]] = deque()
+        over: list[bool] = []  # not empty once a commit found the run ended (e.g. cancelled)
+
+        def settled(future: asyncio.Future[Outcome]) -> None:
+            if future.cancelled():
+                return
+            error = future.result().error
+            if isinstance(error, _RunOver):
+                over.append(True)
+            elif error is not None:
+                log.warning(
+                    "run %s: an event of agent %s was refused: %s", run_id, target.name, error.code
+                )
+
+        first = True
+        try:
+            async for chunk in response.aiter_bytes():
+                for data in parser.feed(chunk):
+                    try:
+                        frame = decode(data)
+                        guard.check_frame(frame)
+                        event, warnings = parse_event(frame)
+                    except MalformedPatch as exc:
+                        await asyncio.shield(
+                            hub.submit(channel, _ending(run_id, exc.message, exc.code))
+                        )
+                        return "malformed_patch", exc.message
+                    except PeerError:
+                        return "agent_error", "the agent sent something that is not AG-UI"
+                    if warnings:
+                        log.warning("run %s: %s", run_id, "; ".join(warnings))
+                    if first:
+                        first = False
+                        if event["type"] != "RUN_STARTED" or event.get("runId") != run_id:
+                            return "agent_error", "the agent's stream did not start this run"
+                        continue  # the hub published the run's RUN_STARTED already
+                    await hub.backpressure()
+                    await guard.pace(bucket, tenant)
+                    pending.append(hub.submit(channel, _publishing(guard, event, run_id)))
+                    pending[-1].add_done_callback(settled)
+                    if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+                        await _settle(pending)
+                        return "agent_error", "the run did not end"  # a no-op if it did end
+                    if len(pending) >= MAX_IN_FLIGHT:
+                        await asyncio.shield(pending.popleft())
+                    if over:
+                        return "cancelled", "the run ended"  # ended from elsewhere: stop
+        finally:
+            await _settle(pending)
+        return "agent_error", "the agent's stream ended before the run did"
+
+
+def _input_messages(command: control.Run) -> list[dict[str, Any]]:
+    """The new input messages and the other fields, validated as the SDK's ``RunAgentInput``;
+    the messages in their wire form (camelCase)."""
+    try:
+        parsed = RunAgentInput.model_validate(
+            {
+                "threadId": "t",
+                "runId": "r",
+                "state": {},
+                "messages": command.messages,
+                "tools": command.tools,
+                "context": command.context,
+                "forwardedProps": command.forwarded_props,
+            }
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "input"
+        raise PeerError(f"hub.run: invalid {where}: {first['msg']}") from None
+    dumped = parsed.model_dump(by_alias=True, mode="json", exclude_none=True)
+    messages: list[dict[str, Any]] = dumped["messages"]
+    return messages
+
+
+class _RunOver(HubError):
+    """Not an error anyone sees: the run's stream goes on after the run was ended."""
+
+    code = "run_over"
+
+
+def _publishing(guard: Guard, event: Event, run_id: str) -> Change:
+    def publish(thread: Thread) -> Outcome:
+        if thread.run_id != run_id:  # the run was ended (cancelled): drop the rest of its stream
+            return Outcome(error=_RunOver("the run is over"))
+        guard.check_event(thread, event)
+        return thread.publish(event)
+
+    return publish
+
+
+def _ending(run_id: str, message: str, code: str) -> Change:
+    """End the run ``run_id`` with RUN_ERROR if it is still the open one; else nothing."""
+
+    def end(thread: Thread) -> Outcome:
+        if thread.run_id != run_id:
+            return Outcome()
+        event = thread.abort_run(message, code)
+        return Outcome(events=[] if event is None else [event])
+
+    return end
+
+
+async def _settle(pending: deque[asyncio.Future[Outcome]]) -> None:
+    if pending:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(asyncio.gather(*pending, return_exceptions=True))
+        pending.clear()

@@ -234,6 +234,8 @@ class Upstream:
         first = True
         try:
             async for chunk in response.aiter_bytes():
+                if not first and channel.thread.run_id != run_id:
+                    return "cancelled", "the run ended"  # ended from elsewhere: stop
                 for data in parser.feed(chunk):
                     try:
                         frame = decode(data)

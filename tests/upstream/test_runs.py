@@ -5,7 +5,7 @@ agent's state and messages across runs, and an agent that fails ends only its ow
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,6 @@ AGENTS = ("counter", "hold", "silent", "error500", "garbage", "unfinished", "no_
 
 def user(message_id: str, text: str) -> dict[str, Any]:
     return {"id": message_id, "role": "user", "content": text}
-
-
-@pytest.fixture
-async def agent() -> AsyncIterator[AgentServer]:
-    server = await AgentServer().start()
-    yield server
-    await server.close()
 
 
 def agent_args(agent: AgentServer, tmp_path: Path) -> list[str]:

@@ -1,0 +1,85 @@
+"""Runs of an upstream agent on two hub nodes sharing a real redis-server: only the node that
+started the run calls the agent; consumers on the other node watch it, and may cancel it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from agents import AgentServer
+from redis_support import RedisServer
+from support import HubProcess
+from test_runs import agent_args, consumer, run_end, run_events, start_run, user
+
+
+@pytest.fixture
+def redis_server(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
+    server.cleanup()
+
+
+@pytest.fixture
+def two_nodes(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> list[HubProcess]:
+    args = agent_args(agent, tmp_path)
+    return [start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2)]
+
+
+async def test_consumers_on_the_other_node_see_the_run_and_the_next_run_continues_it(
+    two_nodes: list[HubProcess], agent: AgentServer
+) -> None:
+    n0, n1 = two_nodes
+    here, there = await consumer(n0, "t-nodes"), await consumer(n1, "t-nodes")
+    first = await start_run(here, "counter", user("u1", "one"))
+    assert (await run_end(here, first))["type"] == "RUN_FINISHED"
+    assert (await run_end(there, first))["type"] == "RUN_FINISHED"
+    assert [e["type"] for e in run_events(there.received, first)] == [
+        e["type"] for e in run_events(here.received, first)
+    ]
+    assert len(agent.inputs) == 1  # one node called the agent
+
+    second = await start_run(there, "counter", user("u2", "two"))  # from the other node
+    assert (await run_end(here, second))["type"] == "RUN_FINISHED"
+    assert (await run_end(there, second))["type"] == "RUN_FINISHED"
+    assert agent.inputs[1]["parentRunId"] == first
+    assert agent.inputs[1]["state"] == {"runs": 1, "log": ["run 1"]}
+    for node in (n0, n1):
+        for _ in range(50):  # the other node's copy follows through the bus
+            view = node.thread("t-nodes")
+            if view["state"].get("runs") == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert view["state"] == {"runs": 2, "log": ["run 1", "run 2"]}
+        assert [m["id"] for m in view["messages"]] == ["u1", f"m-{first}", "u2", f"m-{second}"]
+
+
+async def test_one_run_at_a_time_across_nodes_and_a_cancel_from_the_other_node(
+    two_nodes: list[HubProcess], agent: AgentServer
+) -> None:
+    n0, n1 = two_nodes
+    here, there = await consumer(n0, "t-cancel"), await consumer(n1, "t-cancel")
+    run_id = await start_run(here, "hold")
+    await there.recv_until(lambda e: e["type"] == "RUN_STARTED")
+    await there.send({"type": "hub.run", "agent": "counter"})
+    refused = await there.recv_until(lambda e: e["type"] == "CUSTOM" and e["name"] == "hub.error")
+    assert refused[-1]["value"]["code"] == "run_in_progress"
+
+    await there.send({"type": "hub.cancel", "runId": run_id})
+    for client in (here, there):
+        end = await run_end(client, run_id)
+        assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled"
+    for _ in range(100):  # the node calling the agent notices, and closes the request
+        if run_id in agent.closed:
+            break
+        await asyncio.sleep(0.05)
+    assert run_id in agent.closed
+    again = await start_run(there, "counter")
+    assert (await run_end(here, again))["type"] == "RUN_FINISHED"

@@ -110,6 +110,18 @@ class StoreConflict(HubInternalError):
         self.got = got
 
 
+class UnknownThread(HubInternalError, KeyError):
+    """A store write for a thread the store does not hold (its log was lost: a new epoch, or it
+    was deleted). A :class:`KeyError` as well, for callers that look threads up by key."""
+
+    def __init__(self, thread_id: str) -> None:
+        HubInternalError.__init__(self, f"the store holds no thread {thread_id!r}")
+        self.thread_id = thread_id
+
+    def __str__(self) -> str:
+        return str(self.message)
+
+
 #: Every stable code, for documentation and for tests that check codes are known.
 ERROR_CODES: dict[str, str] = {
     "bad_frame": "the frame is not valid JSON/msgpack, or not an object",

@@ -38,7 +38,7 @@ from collections import deque
 from typing import Protocol
 
 from hub.core.thread import Event, Outcome
-from hub.errors import StoreConflict, Unavailable
+from hub.errors import StoreConflict, Unavailable, UnknownThread
 from hub.server.channel import Channel
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
@@ -187,7 +187,7 @@ class ThreadWriter:
         except StoreConflict as exc:
             self.metrics.inc("agui_hub_append_conflicts_total")
             raise _Raced from exc
-        except KeyError as exc:  # the log was lost: a new epoch
+        except UnknownThread as exc:  # the log was lost: a new epoch
             raise _Raced from exc
         except Exception as exc:
             self.metrics.inc("agui_hub_append_failures_total")

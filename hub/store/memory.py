@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from hub.errors import UnknownThread
 from hub.store.base import Event, Position, Store, StoredThread
 
 
@@ -32,7 +33,7 @@ class MemoryStore(Store):
         self, thread_id: str, record: bytes, position: Position | None = None
     ) -> None:
         if thread_id not in self._records:
-            raise KeyError(thread_id)
+            raise UnknownThread(thread_id)
         self._records[thread_id] = record
 
     async def load_session(self, thread_id: str) -> dict[str, Any] | None:

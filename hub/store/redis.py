@@ -41,7 +41,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
 from redis.exceptions import RedisError
 
-from hub.errors import StoreConflict
+from hub.errors import BadPath, StoreConflict, UnknownThread
 from hub.store.base import Bus, Event, Position, Store, StoredThread, seq_of
 from hub.wire.codec import pack, unpack
 
@@ -218,7 +218,7 @@ def session_key(thread_id: str) -> str:
 
 def _tag(thread_id: str) -> str:
     if not thread_id or "{" in thread_id or "}" in thread_id:
-        raise ValueError(f"a thread id must be non-empty and brace-free: {thread_id!r}")
+        raise BadPath(f"a thread id must be non-empty and brace-free: {thread_id!r}")
     return f"{PREFIX}{{{thread_id}}}"
 
 
@@ -324,7 +324,7 @@ class RedisStore(Store):
             args += [seq_of(event), pack(event)]
         status, expected, index = await self._append(keys=list(keys), args=args)
         if status == -1:
-            raise KeyError(thread_id)
+            raise UnknownThread(thread_id)
         if status == 0:
             raise StoreConflict(thread_id, int(expected), seq_of(events[int(index) - 1]))
 
@@ -336,12 +336,12 @@ class RedisStore(Store):
         record_key = thread_keys(thread_id)[0]
         if position is None:
             if not await self.client.set(record_key, record, xx=True):
-                raise KeyError(thread_id)
+                raise UnknownThread(thread_id)
             return
         seq, epoch = position
         status = await self._save(keys=[record_key, meta_key(thread_id)], args=[record, seq, epoch])
         if status == -1:
-            raise KeyError(thread_id)
+            raise UnknownThread(thread_id)
         if status == 0:
             log.debug("kept the newer record of thread %s (offered seq %d)", thread_id, seq)
 

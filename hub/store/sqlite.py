@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, TypeVar
 
+from hub.errors import UnknownThread
 from hub.store.base import Event, Position, Store, StoredThread, seq_of
 from hub.store.sqlite_file import SqliteFile
 from hub.wire.codec import pack, unpack
@@ -105,7 +106,7 @@ class SqliteStore(Store):
             "UPDATE threads SET record = ? WHERE thread_id = ?", (record, thread_id)
         )
         if cursor.rowcount != 1:
-            raise KeyError(thread_id)
+            raise UnknownThread(thread_id)
 
     async def load_session(self, thread_id: str) -> dict[str, Any] | None:
         row = await self._run(

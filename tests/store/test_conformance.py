@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hub.errors import UnknownThread
 from hub.store import Store, open_store
 from hub.wire.codec import pack, unpack
 
@@ -94,7 +95,7 @@ async def test_save_record_replaces_the_record_and_keeps_the_log(opener: Opener)
 
 async def test_save_record_of_an_unknown_thread_fails(opener: Opener) -> None:
     store = await opener()
-    with pytest.raises(KeyError):
+    with pytest.raises(UnknownThread):
         await store.save_record("ghost", pack({}))
 
 

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis_support import RedisServer
 
-from hub.errors import StoreConflict
+from hub.errors import BadPath, StoreConflict, UnknownThread
 from hub.store.redis import ORIGIN_BYTES, RedisStore, thread_keys
 from hub.wire.codec import pack, unpack
 
@@ -97,7 +97,7 @@ async def test_a_retry_of_events_trimmed_from_the_log_is_a_conflict(store: Redis
 async def test_an_append_to_an_unknown_thread_fails_and_writes_nothing(
     store: RedisStore, client: Redis
 ) -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(UnknownThread):
         await store.append("ghost", [event(1)])
     assert await client.keys("*") == []
 
@@ -148,7 +148,7 @@ async def test_the_keys_of_a_thread_share_one_cluster_slot() -> None:
 async def test_thread_ids_that_would_break_the_hash_tag_are_refused(
     store: RedisStore, thread_id: str
 ) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(BadPath):  # a peer's error, in the hub's tree (not_found)
         await store.create(thread_id, pack({}))
 
 

@@ -149,6 +149,22 @@ class Unauthenticated(PeerError):
     close_code = 4001
 
 
+class BadOrigin(PeerError):
+    """A browser page from an origin that is neither the hub's own nor allowed (HTTP 403 on
+    the handshake): cross-site WebSocket hijacking."""
+
+    code = "bad_origin"
+    close_code = 1008
+
+
+class BadHost(PeerError):
+    """In open mode (no token key), a ``Host`` that is not loopback (HTTP 403): DNS
+    rebinding."""
+
+    code = "bad_host"
+    close_code = 1008
+
+
 class Forbidden(PeerError):
     """Valid credentials that do not allow this: a missing scope, or a thread outside the
     token's ``threads``. Never says whether the thread exists (for this or another tenant)."""
@@ -194,6 +210,8 @@ ERROR_CODES.update(
     {
         "unauthenticated": "no token, or one that does not verify (close 4001)",
         "forbidden": "the token lacks the scope, or may not use the thread (close 4003)",
+        "bad_origin": "a browser origin that is not the hub's own nor allowed (HTTP 403)",
+        "bad_host": "open mode: a Host that is not loopback, as DNS rebinding sends (HTTP 403)",
         "frame_too_large": "a frame larger than the frame limit (close 1009)",
         "state_too_large": "the state would grow past the state size limit",
         "too_deep": "a value nests deeper than the depth limit",

@@ -25,7 +25,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import bind_allowed, host_allowed
-from hub.errors import BadPath
+from hub.errors import BadHost, BadOrigin, BadPath
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config
 from hub.server.guard import Guard
@@ -166,11 +166,9 @@ class HubServer:
         if self.guard.auth.is_open and not host_allowed(
             request.headers.get("Host"), self.config.host
         ):
-            self.guard.refused("bad_host")
-            return json_response(
-                HTTPStatus.FORBIDDEN,
-                {"code": "bad_host", "message": "without a token key, only loopback hosts"},
-            )
+            self.guard.refused(BadHost.code)
+            refusal = BadHost("without a token key, only loopback hosts are served")
+            return json_response(HTTPStatus.FORBIDDEN, refusal.as_value())
         if request.headers.get("Upgrade", "").lower() == "websocket":
             try:
                 self._socket_route(request.path)
@@ -179,9 +177,8 @@ class HubServer:
             if self.draining:
                 return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
             if not self.guard.origin_allowed(request.headers):
-                return json_response(
-                    HTTPStatus.FORBIDDEN, {"code": "bad_origin", "message": "origin not allowed"}
-                )
+                denied = BadOrigin("origin not allowed")
+                return json_response(HTTPStatus.FORBIDDEN, denied.as_value())
             return None
         path = urlsplit(request.path).path
         for page in self.pages:

@@ -11,7 +11,7 @@ import msgpack
 from websockets.frames import Frame as WsFrame
 from websockets.frames import Opcode
 
-from hub.errors import BadFrame
+from hub.errors import BadFrame, LimitExceeded
 
 Encoding = Literal["json", "msgpack"]
 JSON: Encoding = "json"
@@ -100,8 +100,8 @@ def decode(data: str | bytes) -> dict[str, Any]:
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         kind = "JSON" if isinstance(data, str) else "msgpack"
         raise BadFrame(f"the frame is not valid {kind}") from None
-    except RecursionError:
-        raise BadFrame("the frame nests too deeply") from None
+    except RecursionError:  # far past any depth limit: the same answer as just past it
+        raise LimitExceeded("too_deep", "the frame nests too deeply") from None
     if not isinstance(obj, dict):
         raise BadFrame("a frame must hold one object")
     if isinstance(data, str) and _SURROGATE.search(data):

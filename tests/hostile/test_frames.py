@@ -127,7 +127,7 @@ TEXT_FRAMES = [
     ('{"type": "STATE_SNAPSHOT", "snapshot": "\\ud800"}', "bad_frame"),  # lone surrogate
     ('{"type": "STATE_SNAPSHOT", "snapshot": {"\\udfff": 1}}', "bad_frame"),
     ('{"type": "STATE_SNAPSHOT", "snapshot": ' + "1" * 5000 + "}", "bad_frame"),  # 5000 digits
-    (DEEP_JSON[:30000] + DEEP_JSON[-30000:], "bad_frame"),
+    (DEEP_JSON[:30000] + DEEP_JSON[-30000:], "too_deep"),  # as deep as the decoder can't go
     # objects that are not AG-UI events (wrong types, missing fields)
     ("{}", "invalid_event"),
     ('{"type": 5}', "invalid_event"),

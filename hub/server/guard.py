@@ -71,6 +71,9 @@ class Admission:
 
 
 class Guard:
+    #: Seconds between two sweeps of the idle tenants' rate buckets.
+    PRUNE_EVERY = 60.0
+
     def __init__(self, config: Config, metrics: Metrics) -> None:
         self.config = config
         self.metrics = metrics
@@ -86,6 +89,7 @@ class Guard:
         self.connections = self.limits.connection_counter()
         self.threads = self.limits.thread_registry()
         self.tenant_rates = self.limits.tenant_buckets()
+        self._pruned_at = time.monotonic()
         #: Thread ids (in every tenant) a mounted service keeps for itself: the scope a consumer
         #: needs instead of ``read``, and why nobody else may write them (see :meth:`reserve`).
         self._read_scopes: dict[str, str] = {}
@@ -173,17 +177,27 @@ class Guard:
 
     async def pace(self, bucket: TokenBucket, tenant: str) -> None:
         """One event from an agent connection of ``tenant``: wait until its buckets hold it."""
-        delay = pace(time.monotonic(), bucket, self.tenant_rates.get(tenant))
+        delay = pace(self._now(), bucket, self.tenant_rates.get(tenant))
         if delay:
             self.metrics.inc("agui_hub_paced_total")
             while delay:
                 await asyncio.sleep(delay)
                 delay = pace(time.monotonic(), bucket, self.tenant_rates.get(tenant))
 
+    def _now(self) -> float:
+        """The clock for rates; every ``PRUNE_EVERY`` seconds it also forgets the tenants whose
+        buckets are full again (a full bucket is the same as a new one): every tenant ever seen
+        would otherwise cost memory until the node restarts."""
+        now = time.monotonic()
+        if now - self._pruned_at >= self.PRUNE_EVERY:
+            self._pruned_at = now
+            self.tenant_rates.prune(now)
+        return now
+
     def rate(self, bucket: TokenBucket, tenant: str) -> None:
         """One event from a connection of ``tenant``, or ``rate_limited``."""
         try:
-            check_rate(time.monotonic(), bucket, self.tenant_rates.get(tenant))
+            check_rate(self._now(), bucket, self.tenant_rates.get(tenant))
         except PeerError as exc:
             self.refused(exc.code)
             raise

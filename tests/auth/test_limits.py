@@ -403,3 +403,21 @@ def test_discarding_a_thread_makes_room() -> None:
     assert threads.try_add("acme", "doc-2")
     with pytest.raises(ConfigError):
         TenantThreads(0)
+
+
+async def test_the_guard_forgets_idle_tenants_rate_buckets() -> None:
+    import asyncio
+
+    from hub.server.config import Config
+    from hub.server.guard import Guard
+    from hub.server.metrics import Metrics
+
+    limits = Limits(tenant_events_per_second=100_000, tenant_events_burst=5)
+    guard = Guard(Config(store="memory://", limits=limits), Metrics())
+    guard.PRUNE_EVERY = 0.01  # type: ignore[misc]
+    for i in range(100):
+        guard.rate(limits.edit_bucket(), f"tenant-{i}")
+    assert len(guard.tenant_rates) == 100
+    await asyncio.sleep(0.05)  # their buckets refill: the same as new ones
+    guard.rate(limits.edit_bucket(), "busy")
+    assert len(guard.tenant_rates) == 1  # only the one just used

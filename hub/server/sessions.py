@@ -72,6 +72,18 @@ def parse_import(thread: Thread, session: object) -> tuple[list[dict[str, Any]],
     return events, sid
 
 
+def websocket_url(url: str) -> str:
+    """The hub's address as a WebSocket URL: ``http(s)://`` (what a browser shows, and what
+    ``/healthz`` answers on) is taken as ``ws(s)://``; a bare ``HOST:PORT`` as ``ws://``."""
+    url = url.strip().rstrip("/")
+    for http, ws in (("http://", "ws://"), ("https://", "wss://")):
+        if url.lower().startswith(http):
+            return ws + url[len(http) :]
+    if "://" not in url:
+        return "ws://" + url
+    return url
+
+
 async def run_cli(action: str, target: str, url: str, token: str | None) -> int:
     """``agui-hub sessions export THREAD`` prints the session as JSON; ``sessions import
     FILE`` makes the session's thread hold it. Both go through the hub's agent endpoint, so
@@ -81,6 +93,7 @@ async def run_cli(action: str, target: str, url: str, token: str | None) -> int:
     from pathlib import Path
 
     from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidHandshake, InvalidURI
 
     if action == "export":
         thread_id, request = target, {"type": SESSION, "op": "get"}
@@ -89,8 +102,13 @@ async def run_cli(action: str, target: str, url: str, token: str | None) -> int:
         thread_id = str(session.get("session_id", "")) if isinstance(session, dict) else ""
         request = {"type": SESSION, "op": "import", "session": session}
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    endpoint = f"{url.rstrip('/')}/v1/threads/{thread_id}/agent"
-    async with connect(endpoint, additional_headers=headers, max_size=None) as ws:
+    endpoint = f"{websocket_url(url)}/v1/threads/{thread_id}/agent"
+    try:
+        ws = await connect(endpoint, additional_headers=headers, max_size=None)
+    except (OSError, InvalidURI, InvalidHandshake) as exc:
+        print(f"agui-hub: cannot reach the hub at {url}: {exc}", file=sys.stderr)
+        return 1
+    async with ws:
         welcome = json.loads(await ws.recv())
         if welcome.get("name") != "hub.welcome":
             print(f"agui-hub: refused: {json.dumps(welcome.get('value'))}", file=sys.stderr)

@@ -173,3 +173,19 @@ async def test_importing_another_threads_session_is_forbidden(hubs: list[HubProc
     assert bad["value"]["code"] == "bad_session"
     for ws in (agent, other):
         await ws.close()
+
+
+async def test_the_cli_takes_the_hubs_http_address_and_says_when_it_cannot_reach_it(
+    hubs: list[HubProcess],
+) -> None:
+    source, _ = hubs
+    agent = await seed(source, "acme", "s2")
+    await agent.close()
+    tok = token("acme", "agent")
+    exported = cli("export", "s2", "--url", source.http, tok=tok)  # http://, as a browser shows
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(exported.stdout)["state"]["state"] == STATE
+    unreachable = cli("export", "s2", "--url", "http://127.0.0.1:1", tok=tok)
+    assert unreachable.returncode == 1
+    assert "cannot reach the hub at http://127.0.0.1:1" in unreachable.stderr
+    assert "Traceback" not in unreachable.stderr

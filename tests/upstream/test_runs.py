@@ -285,3 +285,30 @@ def test_agent_options_are_checked_at_startup(tmp_path: Path) -> None:
         )
         assert proc.returncode == 2, (args, proc.stderr)
         assert "agui-hub:" in proc.stderr
+
+
+async def test_a_draining_node_ends_its_runs_and_the_store_keeps_the_end(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path}/hub.db"
+    hub = start_hub(*agent_args(agent, tmp_path), store=store)
+    c = await consumer(hub, "t-drain")
+    run_id = await start_run(c, "hold", user("u1", "long job"))
+    assert await asyncio.to_thread(hub.terminate) == 0
+    for _ in range(100):
+        if run_id in agent.closed:
+            break
+        await asyncio.sleep(0.05)
+    assert run_id in agent.closed
+
+    again = start_hub(*agent_args(agent, tmp_path), store=store)
+    view = again.thread("t-drain")
+    assert view["run"] is None  # not left open by the node that went away
+    # A replay of the whole log: the run was ended by the hub, and said why.
+    replay = f"t-drain?since=0&epoch={view['epoch']}"
+    watcher = await consumer(again, replay)
+    end = await run_end(watcher, run_id)
+    assert end["type"] == "RUN_ERROR" and end["code"] == "agent_disconnected", end
+    next_run = await start_run(watcher, "counter")
+    assert (await run_end(watcher, next_run))["type"] == "RUN_FINISHED"
+    assert agent.inputs[-1]["parentRunId"] == run_id

@@ -31,9 +31,9 @@ class Channel:
     frames: deque[Frame] = field(default_factory=deque)
     #: What a consumer that was sent every live frame holds (see hub.core.consumer).
     tracker: ConsumerView = field(default_factory=ConsumerView)
-    #: Repair frames at the current seq, by (view key, encoding): one encode for many joiners.
-    sync_cache: dict[tuple[Any, str], list[Frame]] = field(default_factory=dict)
-    sync_cache_seq: int = -1
+    #: Repair frames by (view key, encoding), with the seq they bring a consumer to: one encode
+    #: for many joiners, reused (with the live frames after it) while the agent writes on.
+    sync_cache: dict[tuple[Any, str], tuple[int, list[Frame]]] = field(default_factory=dict)
     #: Agents connected to this thread (a thread in use is never unloaded).
     producers: int = 0
     #: The last seq the store holds (producers are acknowledged up to it).

@@ -35,6 +35,11 @@ from hub.wire.codec import Encoding, Frame, pack, unpack
 log = logging.getLogger("agui_hub")
 
 
+#: Events a repair built earlier may be behind and still be reused, with the live frames since.
+SYNC_REUSE = 200
+#: Repairs (view keys and encodings) kept per thread; past it the cache starts over.
+SYNC_CACHE_KEYS = 64
+
 #: Seconds a thread with no connections stays loaded after its last change.
 UNLOAD_AFTER = 60.0
 
@@ -267,20 +272,48 @@ class Hub:
     def repair_frames(
         self, channel: Channel, view: ConsumerView, cause: str, encoding: Encoding
     ) -> list[Frame]:
-        """Frames taking one consumer from ``view`` to now; encoded once per (seq, key, enc)."""
+        """Frames taking one consumer from ``view`` to now.
+
+        Encoded once per (view key, encoding) and, for joins, reused while the thread moves
+        on: a join built at seq S, followed by the live frames after S (already encoded for
+        every consumer), takes a new consumer to now as well. So 1,000 tabs joining a 1 MB
+        thread while its agent writes 100 events/s encode the state about once per
+        ``SYNC_REUSE`` events, not once per event. Past that distance it is built anew."""
         thread = channel.thread
-        if channel.sync_cache_seq != thread.seq:
-            channel.sync_cache.clear()
-            channel.sync_cache_seq = thread.seq
         view.before_repair(cause)
         key = (view.key(), encoding)
-        frames = channel.sync_cache.get(key)
+        cached = channel.sync_cache.get(key)
+        frames = None
+        # Only for a fresh join (the consumer holds nothing): a consumer that held a position
+        # must never be taken back to one it had passed, so other repairs are built anew.
+        if cached is not None and cause == "join" and view.epoch is None:
+            frames = self._caught_up(channel, *cached)
         if frames is None:
-            frames = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
-            channel.sync_cache[key] = frames
+            built = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
+            if len(channel.sync_cache) >= SYNC_CACHE_KEYS:
+                channel.sync_cache.clear()
+            channel.sync_cache[key] = (thread.seq, built)
+            frames = built
+            self.metrics.inc("agui_hub_sync_builds_total")
         view.catch_up(thread)
         self.metrics.inc("agui_hub_resyncs_total", cause=cause)
         return frames
+
+    def _caught_up(self, channel: Channel, seq: int, built: list[Frame]) -> list[Frame] | None:
+        """``built`` (repair frames to ``seq``) and the live frames since, or None if the
+        thread moved more than ``SYNC_REUSE`` events on, or the log cannot show them all."""
+        thread = channel.thread
+        behind = thread.seq - seq
+        if behind == 0:
+            return built
+        if not 0 < behind <= SYNC_REUSE or behind > len(channel.frames):
+            return None
+        frames = channel.frames
+        live = [frames[i] for i in range(len(frames) - behind, len(frames))]
+        first = live[0].event["metadata"]["hub"]
+        if first["seq"] != seq + 1 or first["epoch"] != thread.epoch:
+            return None
+        return built + live
 
     def attach(
         self, channel: Channel, outbox: Outbox, since: int | None, epoch: str | None

@@ -27,6 +27,7 @@ HELP = {
     "agui_hub_buffer_drops_total": ("counter", "Consumer backlogs dropped for conflation."),
     "agui_hub_slow_closes_total": ("counter", "Consumers closed with 4008 (too slow)."),
     "agui_hub_internal_errors_total": ("counter", "Hub bugs caught at a boundary, by where."),
+    "agui_hub_sync_builds_total": ("counter", "Repair frames built (encoded) anew, not reused."),
     "agui_hub_patch_ops_dropped_total": ("counter", "Unknown JSON Patch ops dropped."),
     "agui_hub_consumer_lag": ("gauge", "Per consumer: thread seq minus the consumer's last ack."),
 }

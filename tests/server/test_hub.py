@@ -8,7 +8,7 @@ from hub.server.hub import Hub
 from hub.store.memory import MemoryStore
 
 
-async def test_a_snapshot_is_encoded_once_per_position_and_encoding_for_every_joiner() -> None:
+async def test_a_snapshot_is_encoded_once_for_every_joiner_while_the_agent_writes_on() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
     channel = await hub.channel("t")
     await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 10_000}})
@@ -17,14 +17,30 @@ async def test_a_snapshot_is_encoded_once_per_position_and_encoding_for_every_jo
     assert all(frames is first for frames in storm)  # the same encoded frames, not copies
     packed = hub.repair_frames(channel, ConsumerView(), "join", "msgpack")
     assert packed is not first
-    await hub.publish(
-        channel, {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/n", "value": 1}]}
-    )
+    for n in range(1, 4):  # the agent writes on while tabs keep joining
+        await hub.publish(
+            channel, {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/n{n}", "value": n}]}
+        )
     after = hub.repair_frames(channel, ConsumerView(), "join", "json")
-    assert after is not first and after[0].event["snapshot"]["n"] == 1
-    assert first[0].event["metadata"]["hub"]["seq"] == 1  # encoded at seq 1, untouched since
-    assert b'"n"' not in first[0].data("json")
+    # The snapshot encoded at seq 1, then the three live frames: no new encode of the state.
+    assert after[: len(first)] == first and len(after) == len(first) + 3
+    assert [f.event["metadata"]["hub"]["seq"] for f in after[len(first) :]] == [2, 3, 4]
+    assert b'"n1"' not in first[0].data("json")  # encoded at seq 1, untouched since
+    assert hub.metrics.get("agui_hub_sync_builds_total") == 2  # one per encoding
     assert hub.metrics.get("agui_hub_resyncs_total", cause="join") == 103
+
+
+async def test_a_repair_too_far_behind_is_built_anew() -> None:
+    from hub.server.hub import SYNC_REUSE
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    channel = await hub.channel("t")
+    hub.repair_frames(channel, ConsumerView(), "join", "json")
+    for n in range(SYNC_REUSE + 1):
+        await hub.publish(channel, {"type": "CUSTOM", "name": "n", "value": n})
+    fresh = hub.repair_frames(channel, ConsumerView(), "join", "json")
+    assert all(f.event["metadata"]["hub"]["seq"] == SYNC_REUSE + 1 for f in fresh)
+    assert hub.metrics.get("agui_hub_sync_builds_total") == 2
 
 
 async def test_live_events_are_kept_as_one_frame_for_every_consumer_and_replay() -> None:

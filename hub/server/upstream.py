@@ -39,7 +39,6 @@ from pydantic import ValidationError
 
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import (
-    HubError,
     MalformedPatch,
     PeerError,
     RunInProgress,
@@ -209,6 +208,8 @@ class Upstream:
             return "agent_timeout", f"the agent was silent for {self.config.agent_timeout:g} s"
         except httpx.HTTPError:
             return "agent_error", "the agent's stream broke off"
+        except PeerError as exc:  # the SSE parser's bound (an event past the frame limit)
+            return "agent_error", f"the agent's stream is not usable: {exc.message}"
 
     async def _stream(
         self, channel: Channel, response: httpx.Response, target: AgentTarget, run_id: str
@@ -224,9 +225,7 @@ class Upstream:
             if future.cancelled():
                 return
             error = future.result().error
-            if isinstance(error, _RunOver):
-                over.append(True)
-            elif error is not None:
+            if error is not None:
                 log.warning(
                     "run %s: an event of agent %s was refused: %s", run_id, target.name, error.code
                 )
@@ -257,11 +256,12 @@ class Upstream:
                         continue  # the hub published the run's RUN_STARTED already
                     await hub.backpressure()
                     await guard.pace(bucket, tenant)
-                    pending.append(hub.submit(channel, _publishing(guard, event, run_id)))
+                    pending.append(hub.submit(channel, _publishing(guard, event, run_id, over)))
                     pending[-1].add_done_callback(settled)
                     if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
                         await _settle(pending)
-                        return "agent_error", "the run did not end"  # a no-op if it did end
+                        # A no-op if the run ended; else the thread refused the agent's end.
+                        return "agent_error", "the agent's end of the run was refused"
                     if len(pending) >= MAX_IN_FLIGHT:
                         await asyncio.shield(pending.popleft())
                     if over:
@@ -295,16 +295,15 @@ def _input_messages(command: control.Run) -> list[dict[str, Any]]:
     return messages
 
 
-class _RunOver(HubError):
-    """Not an error anyone sees: the run's stream goes on after the run was ended."""
+def _publishing(guard: Guard, event: Event, run_id: str, over: list[bool]) -> Change:
+    """Publish an event of the run's stream; once the run was ended (cancelled from another
+    node, say), drop it and say so in ``over`` (the change may run again after a lost race,
+    but a run never reopens, so a mark is never wrong)."""
 
-    code = "run_over"
-
-
-def _publishing(guard: Guard, event: Event, run_id: str) -> Change:
     def publish(thread: Thread) -> Outcome:
-        if thread.run_id != run_id:  # the run was ended (cancelled): drop the rest of its stream
-            return Outcome(error=_RunOver("the run is over"))
+        if thread.run_id != run_id:
+            over.append(True)
+            return Outcome()
         guard.check_event(thread, event)
         return thread.publish(event)
 

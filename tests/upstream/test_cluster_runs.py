@@ -76,7 +76,7 @@ async def test_one_run_at_a_time_across_nodes_and_a_cancel_from_the_other_node(
     for client in (here, there):
         end = await run_end(client, run_id)
         assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled"
-    for _ in range(100):  # the node calling the agent notices, and closes the request
+    for _ in range(200):  # the node calling the agent notices, and closes the request
         if run_id in agent.closed:
             break
         await asyncio.sleep(0.05)

@@ -178,7 +178,7 @@ async def test_one_run_at_a_time_and_a_cancel_closes_the_agent_request(
     for client in (a, b):
         end = await run_end(client, run_id)
         assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled"
-    for _ in range(100):
+    for _ in range(200):
         if run_id in agent.closed:
             break
         await asyncio.sleep(0.05)
@@ -295,7 +295,7 @@ async def test_a_draining_node_ends_its_runs_and_the_store_keeps_the_end(
     c = await consumer(hub, "t-drain")
     run_id = await start_run(c, "hold", user("u1", "long job"))
     assert await asyncio.to_thread(hub.terminate) == 0
-    for _ in range(100):
+    for _ in range(200):
         if run_id in agent.closed:
             break
         await asyncio.sleep(0.05)

@@ -191,13 +191,20 @@ def figure_fanout(sizes: Sizes, rate: float, tag: str) -> None:
         raise RuntimeError("connections were lost or events rejected: the figure is not valid")
 
 
-def figure_join(sizes: Sizes) -> None:
-    result = asyncio.run(net.join(sizes.consumers, sizes.processes, sizes.join_state))
+def figure_join(sizes: Sizes, rate: float = 0.0, tag: str = "3.") -> None:
+    result = asyncio.run(net.join(sizes.consumers, sizes.processes, sizes.join_state, rate))
+    writing = f", while an agent writes {rate:g} events/s" if rate else ""
     print(
-        f"3. snapshot join: {_n(result.consumers)} consumers in {result.processes} client "
+        f"{tag} snapshot join: {_n(result.consumers)} consumers in {result.processes} client "
         f"process(es) connect at once to a thread with a {sizes.join_label} state "
-        f"({_n(result.state_bytes)} B of JSON)"
+        f"({_n(result.state_bytes)} B of JSON){writing}"
     )
+    if rate:
+        print(
+            f"   repairs encoded anew during the join (agui_hub_sync_builds_total): "
+            f"{_n(result.builds)} for {_n(result.consumers)} joins and "
+            f"{_n(result.written)} events written"
+        )
     print(f"   time until all have STATE_SNAPSHOT: {result.all_joined:.3f} s")
     print(f"   time until half have STATE_SNAPSHOT: {result.median_joined:.3f} s")
     per = result.hub_cpu / result.consumers * 1000
@@ -249,6 +256,7 @@ def main(quick: bool = False, sizes: Sizes | None = None) -> int:
         tag = "2." if i == 0 else f"2{'bcdefgh'[i - 1]}."
         figures.append((tag, partial(figure_fanout, sizes, rate, tag)))
     figures.append(("3.", partial(figure_join, sizes)))
+    figures.append(("3b.", partial(figure_join, sizes, 100.0, "3b.")))
     figures.append(("4.", partial(figure_idle, sizes)))
     failed = 0
     for tag, figure in figures:

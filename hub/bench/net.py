@@ -172,6 +172,10 @@ class Join:
     resyncs: float
     joined: int
     listen_overflows: int  # system-wide TcpExt ListenOverflows increase during the join
+    #: Events an agent published during the join (0: the thread was quiet), and how many
+    #: repairs the hub encoded anew meanwhile (agui_hub_sync_builds_total).
+    written: int = 0
+    builds: float = 0.0
 
 
 async def _seed(url: str, state_bytes: int) -> None:
@@ -183,14 +187,37 @@ async def _seed(url: str, state_bytes: int) -> None:
         await agent.close()
 
 
-async def join(consumers: int, processes: int, state_bytes: int) -> Join:
+async def _write_on(url: str, rate: float, stop: asyncio.Event) -> int:
+    """An agent writing one-op deltas at ``rate`` events/s until ``stop``; how many it wrote."""
+    agent = await Agent.open(f"{url}/agent")
+    written = 0
+    try:
+        start = time.monotonic()
+        while not stop.is_set():
+            written += 1
+            delta = [{"op": "replace", "path": "/counter", "value": written}]
+            await agent.publish({"type": "STATE_DELTA", "delta": delta})
+            await asyncio.sleep(max(0.0, start + written / rate - time.monotonic()))
+        await agent.wait_all_acked(30)
+    finally:
+        await agent.close()
+    return written
+
+
+async def join(consumers: int, processes: int, state_bytes: int, rate: float = 0.0) -> Join:
+    """``rate``: events/s an agent writes while the consumers join (0: a quiet thread)."""
     with HubProcess() as hub:
         url = f"{hub.url}/v1/threads/join"
         await _seed(url, state_bytes)
+        stop = asyncio.Event()
         with fleets(url, consumers, processes, at_once=True, timeout=180) as handles:
             for answer in await receive_all(handles, 60):
                 assert answer.get("alive"), answer
+            writer = asyncio.create_task(_write_on(url, rate, stop)) if rate else None
+            if writer is not None:
+                await asyncio.sleep(0.5)  # the agent is writing before anyone joins
             resyncs0 = hub.counter("agui_hub_resyncs_total", cause="join")
+            builds0 = hub.counter("agui_hub_sync_builds_total")
             overflows0 = listen_overflows()
             cpu0 = hub.cpu()
             go = time.monotonic()
@@ -200,6 +227,9 @@ async def join(consumers: int, processes: int, state_bytes: int) -> Join:
             cpu1 = hub.cpu()
             overflows1 = listen_overflows()
             resyncs1 = hub.counter("agui_hub_resyncs_total", cause="join")
+            builds1 = hub.counter("agui_hub_sync_builds_total")
+            stop.set()
+            written = await writer if writer is not None else 0
         check_ready(readies, consumers)
     times = sorted(t - go for r in readies for t in r["snapshot_at"] if t)
     sizes = [r["snapshot_bytes"] for r in readies if r["snapshot_bytes"]]
@@ -213,6 +243,8 @@ async def join(consumers: int, processes: int, state_bytes: int) -> Join:
         resyncs=resyncs1 - resyncs0,
         joined=len(times),
         listen_overflows=overflows1 - overflows0 if min(overflows0, overflows1) >= 0 else -1,
+        written=written,
+        builds=builds1 - builds0,
     )
 
 

@@ -32,6 +32,7 @@ async def test_nodes_on_a_redis_cluster_share_threads_across_shards(
     a = start_hub("--node", "a", store=cluster.url)
     b = start_hub("--node", "b", store=cluster.url)
     consumers = [Consumer(f"{b.ws}/v1/threads/{t}") for t in THREADS]
+    holders: dict[str, int] = {}
     for consumer in consumers:
         await consumer.__aenter__()
     try:
@@ -45,7 +46,6 @@ async def test_nodes_on_a_redis_cluster_share_threads_across_shards(
 
         # The threads' keys are spread over more than one master, and every thread's channel
         # is a shard channel with node b as its one subscriber, on the master owning its slot.
-        holders: dict[str, int] = {}
         with redis.Redis.from_url(cluster.servers[0].url) as client:
             ranges = client.execute_command("CLUSTER", "SLOTS")
         for thread in THREADS:
@@ -62,6 +62,19 @@ async def test_nodes_on_a_redis_cluster_share_threads_across_shards(
     finally:
         for consumer in consumers:
             await consumer.__aexit__(None, None, None)
+
+    # The last consumer of a thread gone, node b leaves its shard channel (SUNSUBSCRIBE: a
+    # plain UNSUBSCRIBE would leave it subscribed).
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    for thread, port in holders.items():
+        key = f"default/{thread}"
+        with redis.Redis(host="127.0.0.1", port=port) as owner:
+            while True:
+                numsub = owner.execute_command("PUBSUB", "SHARDNUMSUB", f"agui:{{{key}}}:events")
+                if numsub[1] == 0:
+                    break
+                assert asyncio.get_running_loop().time() < deadline, (thread, numsub)
+                await asyncio.sleep(0.1)
 
 
 async def test_two_producers_on_a_cluster_make_one_linear_history(

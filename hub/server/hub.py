@@ -37,6 +37,8 @@ log = logging.getLogger("agui_hub")
 
 #: Events a repair built earlier may be behind and still be reused, with the live frames since.
 SYNC_REUSE = 200
+#: ...and while those events weigh at most this many bytes (or what the repair itself weighs).
+SYNC_REUSE_BYTES = 64 * 1024
 #: Repairs (view keys and encodings) kept per thread; past it the cache starts over.
 SYNC_CACHE_KEYS = 64
 
@@ -287,7 +289,7 @@ class Hub:
         # Only for a fresh join (the consumer holds nothing): a consumer that held a position
         # must never be taken back to one it had passed, so other repairs are built anew.
         if cached is not None and cause == "join" and view.epoch is None:
-            frames = self._caught_up(channel, *cached)
+            frames = self._caught_up(channel, encoding, *cached)
         if frames is None:
             built = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
             if len(channel.sync_cache) >= SYNC_CACHE_KEYS:
@@ -299,7 +301,9 @@ class Hub:
         self.metrics.inc("agui_hub_resyncs_total", cause=cause)
         return frames
 
-    def _caught_up(self, channel: Channel, seq: int, built: list[Frame]) -> list[Frame] | None:
+    def _caught_up(
+        self, channel: Channel, encoding: Encoding, seq: int, built: list[Frame]
+    ) -> list[Frame] | None:
         """``built`` (repair frames to ``seq``) and the live frames since, or None if the
         thread moved more than ``SYNC_REUSE`` events on, or the log cannot show them all."""
         thread = channel.thread
@@ -312,6 +316,10 @@ class Hub:
         live = [frames[i] for i in range(len(frames) - behind, len(frames))]
         first = live[0].event["metadata"]["hub"]
         if first["seq"] != seq + 1 or first["epoch"] != thread.epoch:
+            return None
+        # Not when the events since weigh more on the wire than a fresh repair would.
+        weight = sum(len(f.data(encoding)) for f in live)
+        if weight > max(SYNC_REUSE_BYTES, sum(len(f.data(encoding)) for f in built)):
             return None
         return built + live
 

@@ -11,7 +11,7 @@ import pytest
 from agents import AgentServer
 from redis_support import RedisServer
 from support import HubProcess
-from test_runs import agent_args, consumer, run_end, run_events, start_run, user
+from test_runs import agent_args, agent_got, consumer, run_end, run_events, start_run, user
 
 
 @pytest.fixture
@@ -72,6 +72,7 @@ async def test_one_run_at_a_time_across_nodes_and_a_cancel_from_the_other_node(
     refused = await there.recv_until(lambda e: e["type"] == "CUSTOM" and e["name"] == "hub.error")
     assert refused[-1]["value"]["code"] == "run_in_progress"
 
+    await agent_got(agent, run_id)
     await there.send({"type": "hub.cancel", "runId": run_id})
     for client in (here, there):
         end = await run_end(client, run_id)

@@ -67,6 +67,16 @@ async def run_end(client: Client, run_id: str, timeout: float = 10.0) -> dict[st
     return events[-1]
 
 
+async def agent_got(agent: AgentServer, run_id: str) -> None:
+    """Wait until the agent has the run's request: the hub answers ``hub.run`` (and opens the
+    run) before its request reaches the agent, and a cancel before that closes nothing there."""
+    for _ in range(200):
+        if any(i["runId"] == run_id for i in agent.inputs):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the agent never got run {run_id}")
+
+
 def run_events(received: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
     """The AG-UI events of one run, from its RUN_STARTED to its end."""
     start = next(
@@ -174,6 +184,7 @@ async def test_one_run_at_a_time_and_a_cancel_closes_the_agent_request(
     refused = await b.recv_until(lambda e: is_custom(e, "hub.error"))
     assert refused[-1]["value"]["code"] == "unknown_run"
 
+    await agent_got(agent, run_id)
     await b.send({"type": "hub.cancel", "runId": run_id})
     for client in (a, b):
         end = await run_end(client, run_id)
@@ -294,6 +305,7 @@ async def test_a_draining_node_ends_its_runs_and_the_store_keeps_the_end(
     hub = start_hub(*agent_args(agent, tmp_path), store=store)
     c = await consumer(hub, "t-drain")
     run_id = await start_run(c, "hold", user("u1", "long job"))
+    await agent_got(agent, run_id)
     assert await asyncio.to_thread(hub.terminate) == 0
     for _ in range(200):
         if run_id in agent.closed:

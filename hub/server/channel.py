@@ -9,6 +9,7 @@ channel itself, so this module imports none of them.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,9 @@ class Channel:
     producers: int = 0
     #: The last seq the store holds (producers are acknowledged up to it).
     persisted_seq: int = 0
-    changed_at: float = 0.0
+    #: When it last changed (monotonic); a thread just loaded counts as just changed, so it
+    #: is not unloaded before anyone had the time to use it.
+    changed_at: float = field(default_factory=time.monotonic)
     #: Shared stores: one writer at a time on this node (a commit, or catching up with the
     #: other nodes; see hub.server.writer and hub.server.broker).
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)

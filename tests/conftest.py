@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from redis_support import RedisServer
 from support import Client, HubProcess
 
 
@@ -34,6 +35,15 @@ def start_hub() -> Iterator[Callable[..., HubProcess]]:
     start.stop_all = stop_all  # type: ignore[attr-defined]
     yield start
     stop_all()
+
+
+@pytest.fixture
+def redis_server(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
+    """A real redis-server of the test's own (free loopback port, its own temp dir)."""
+    server = RedisServer().start()
+    yield server
+    start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
+    server.cleanup()
 
 
 @pytest.fixture(autouse=True)

@@ -10,14 +10,6 @@ from support import HubProcess
 
 
 @pytest.fixture
-def redis_server(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
-    server.cleanup()
-
-
-@pytest.fixture
 def aof_redis(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
     """A redis-server that fsyncs its append-only file on every write: a restart (same dir,
     same port) loses nothing it acknowledged."""

@@ -4,7 +4,7 @@ started the run calls the agent; consumers on the other node watch it, and may c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,14 +12,6 @@ from agents import AgentServer
 from redis_support import RedisServer
 from support import HubProcess
 from test_runs import agent_args, agent_got, consumer, run_end, run_events, start_run, user
-
-
-@pytest.fixture
-def redis_server(start_hub: Callable[..., HubProcess]) -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
-    server.cleanup()
 
 
 @pytest.fixture

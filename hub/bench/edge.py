@@ -1,7 +1,7 @@
 """What one agent event costs at the edge, in-process: decode, ``parse_event``,
 ``Guard.check_event`` and ``Thread.publish``, as the agent handler runs them.
 
-``python -m hub.wire.bench_edge`` prints two figures:
+``python -m hub.bench.edge`` prints two figures:
 
 - events per second for small ``STATE_DELTA`` frames (two ops, as a counter-and-log agent
   sends them);
@@ -9,9 +9,8 @@
   deltas up to 100 KB, at the start and at the end of the message (equal if appends cost
   O(delta), growing if each append copies the whole message).
 
-No sockets, no store, no clock other than ``time.perf_counter``. This module reaches past the
-wire package (into ``hub.core`` and ``hub.server.guard``) because it measures the whole edge;
-nothing in the hub imports it.
+No sockets, no store, no clock other than ``time.perf_counter``. It lives with the benchmarks
+(not in ``hub.wire``, which imports no other hub module) because it measures the whole edge.
 """
 
 from __future__ import annotations

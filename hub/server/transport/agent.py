@@ -111,7 +111,8 @@ class AgentEndpoint(ThreadEndpoint):
             await self.guard.pace(state.peer.bucket, state.peer.admission.principal.tenant)
             if frame.get("type") == control.SESSION:
                 # In order with the events before it: those are committed first.
-                await asyncio.wait([f for _, f, _ in state.pending] or [done(Outcome())])
+                if state.pending:
+                    await asyncio.wait([f for _, f, _ in state.pending])
                 reply = control.custom(control.SESSION, await self._session(channel, frame))
                 future = done(Outcome())
             else:

@@ -276,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_options(demo, "sqlite:///agui-hub.db")
     demo.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     demo.add_argument("--interval", type=float, default=0.5, help="seconds between agent steps")
+    demo.add_argument(
+        "--word-delay",
+        type=float,
+        default=0.05,
+        metavar="S",
+        help="seconds between the streamed words of the agent's replies (default 0.05)",
+    )
     token = commands.add_parser("token", help="mint a bearer token (development and tests)")
     token.add_argument("--tenant", required=True)
     token.add_argument("--sub", required=True, help="who the token is for")
@@ -346,7 +353,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "demo":
             from hub.server.demo import run_demo
 
-            asyncio.run(run_demo(config, duration=args.duration, interval=args.interval))
+            asyncio.run(
+                run_demo(
+                    config,
+                    duration=args.duration,
+                    interval=args.interval,
+                    word_delay=args.word_delay,
+                )
+            )
         else:
             asyncio.run(serve(config))
     except KeyboardInterrupt:

@@ -1,15 +1,24 @@
-"""``agui-hub demo``: a hub, a demo agent editing a shared document, and a watcher.
+"""``agui-hub demo``: a hub, the demo agent writing a shared document, a clock, and a watcher.
 
-The agent is a real producer: it connects to the hub's agent endpoint over WebSocket, like any
-agent would. The watcher is a real consumer that mirrors the thread by applying every delta
-itself and prints what it holds, so a newcomer sees the hub working in the terminal.
+The agent is a real AG-UI HTTP endpoint (hub.server.demo_agent) on a free loopback port, and
+the hub is configured to call it (``--agent demo=http://127.0.0.1:PORT/agent``): every change
+the agent makes is a run the hub starts with ``hub.run``. The clock is a consumer that starts
+one every interval (a writing step); people start one by sending a message from the document
+page (a reply, streamed into every tab). The watcher is a real consumer that mirrors the thread
+by applying every delta itself and prints what it holds, so a newcomer sees the hub working in
+the terminal.
+
+:func:`demo_agent` is the same writer as a WebSocket producer on the hub's agent endpoint, for
+a hub that does not call agents over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import logging
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,128 +28,40 @@ from websockets.asyncio.client import ClientConnection, connect
 from hub.core.messages import MessageLog
 from hub.core.patch import Document, apply_patch
 from hub.server.app import HubServer
-from hub.server.config import Config
+from hub.server.config import AgentTarget, Config
+from hub.server.demo_agent import (
+    MAX_MESSAGES,
+    MAX_POINTS,
+    MAX_SECTIONS,
+    AgentServer,
+    DemoAgent,
+    Writer,
+    fresh_state,
+    usable,
+)
+
+__all__ = [
+    "AGENT",
+    "MAX_MESSAGES",
+    "MAX_POINTS",
+    "MAX_SECTIONS",
+    "THREAD",
+    "clock",
+    "demo_agent",
+    "run_demo",
+    "seed_board",
+    "watcher",
+]
 
 THREAD = "demo"
-SENTENCES = [
-    "The hub keeps one authoritative state per thread.",
-    "Every event gets the next seq, so every consumer sees one order.",
-    "A consumer whose copy goes wrong gets a fresh snapshot, and nobody else notices.",
-    "A delta is an RFC 6902 patch, applied atomically or not at all.",
-    "A reconnect with since replays exactly the events that were missed.",
-    "Edits carry test operations, so a stale one is refused, never merged silently.",
-    "A slow socket gets one snapshot when it drains instead of an endless backlog.",
-    "A snapshot is encoded once and shared by every consumer that needs it.",
-    "The epoch changes when a log is recreated, so an old position never passes for a new one.",
-    "An agent is acknowledged only for events the store has taken.",
-    "State persists across runs: the next run starts from it.",
-    "State is untrusted input: pages render it as text, never as markup.",
-]
-TOPICS = ["Overview", "Design", "Sequencing", "Repair", "Fan-out", "Sessions", "Limits", "Ops"]
-#: The document holds at most this many sections; then the oldest one rolls off.
-MAX_SECTIONS = 6
-#: Once the document is full, a new section replaces the oldest every this many steps (the
-#: steps between only move the dashboard), so people have time to edit what is there.
-ROLL_EVERY = 12
-#: Points kept in the dashboard's series, and messages kept in the thread.
-MAX_POINTS = 30
-MAX_MESSAGES = 6
-#: Agent steps per run.
+#: The name the hub knows the demo agent by (``hub.run`` ``agent``).
+AGENT = "demo"
+#: Agent steps per run of the WebSocket producer.
 STEPS_PER_RUN = 3
 
 
 def _event(kind: str, **fields: Any) -> str:
     return json.dumps({"type": kind, **fields})
-
-
-def fresh_state() -> dict[str, Any]:
-    """The document the demo agent starts from on a new thread."""
-    return {
-        "title": "A shared document",
-        "sections": [],
-        "next_id": 1,
-        "status": {"phase": "starting", "step": 0},
-        "counters": {"edits": 0, "words": 0, "sections": 0},
-        "series": [],
-    }
-
-
-def _usable(state: Any) -> bool:
-    """Whether a thread's state has the shape this agent writes (else it starts afresh)."""
-    if not isinstance(state, dict):
-        return False
-    sections = state.get("sections")
-    return (
-        isinstance(sections, list)
-        and all(isinstance(s, dict) and isinstance(s.get("id"), str) for s in sections)
-        and isinstance(state.get("next_id"), int)
-        and isinstance(state.get("series"), list)
-        and isinstance(state.get("status"), dict)
-        and isinstance(state["status"].get("step"), int)
-        and isinstance(state.get("counters"), dict)
-        and isinstance(state.get("title"), str)
-    )
-
-
-class _Writer:
-    """What the agent writes next, and its own copy of the parts it owns.
-
-    People edit the document's title and the sections' titles and text (the demo pages); the
-    agent only adds and removes whole sections and moves its status, counters and series, so
-    its patches apply whatever people did in between. If one is refused all the same (someone
-    reshaped the state by hand), the agent reconnects and carries on from the hub's state.
-    """
-
-    def __init__(self, state: dict[str, Any], rng: random.Random) -> None:
-        self.state = state
-        self.rng = rng
-        self.messages: list[dict[str, Any]] = []
-        last = state["series"][-1] if state["series"] else None
-        self.value = last if isinstance(last, int) else 50
-
-    def step(self) -> tuple[list[dict[str, Any]], str]:
-        """The next STATE_DELTA's operations, and what the agent says about it."""
-        state = self.state
-        step = state["status"]["step"] + 1
-        sections: list[dict[str, Any]] = state["sections"]
-        ops: list[dict[str, Any]] = []
-        self.value = max(5, min(100, self.value + self.rng.randint(-15, 15)))
-        if len(sections) < MAX_SECTIONS or step % ROLL_EVERY == 0:
-            if len(sections) >= MAX_SECTIONS:
-                gone = sections.pop(0)
-                ops.append({"op": "test", "path": "/sections/0/id", "value": gone["id"]})
-                ops.append({"op": "remove", "path": "/sections/0"})
-            number = state["next_id"]
-            topic = TOPICS[number % len(TOPICS)]
-            text = " ".join(self.rng.sample(SENTENCES, 2))
-            section = {"id": f"s{number}", "title": topic, "text": text, "by": "agent"}
-            sections.append(section)
-            state["next_id"] = number + 1
-            ops.append({"op": "add", "path": "/sections/-", "value": section})
-            ops.append({"op": "replace", "path": "/next_id", "value": number + 1})
-            phase, said = "writing", f"Wrote section {topic}: {text}"
-        else:
-            pick = sections[self.rng.randrange(len(sections))] if sections else None
-            phase = "reviewing"
-            said = f"Reviewed section {pick['title']}." if pick else "Nothing to review yet."
-            said += f" The series is at {self.value}."
-        series: list[int] = state["series"]
-        series.append(self.value)
-        ops.append({"op": "add", "path": "/series/-", "value": self.value})
-        if len(series) > MAX_POINTS:
-            series.pop(0)
-            ops.append({"op": "remove", "path": "/series/0"})
-        words = sum(len(str(s.get("text", "")).split()) for s in sections)
-        state["status"] = {"phase": phase, "step": step}
-        counters = {"edits": step, "words": words, "sections": len(sections)}
-        state["counters"] = counters
-        ops.append({"op": "replace", "path": "/status", "value": state["status"]})
-        ops.append({"op": "replace", "path": "/counters", "value": counters})
-        return ops, said
-
-    def said(self, message_id: str, content: str) -> None:
-        self.messages.append({"id": message_id, "role": "assistant", "content": content})
-        del self.messages[:-MAX_MESSAGES]
 
 
 async def demo_agent(url: str, *, interval: float, steps: int | None = None) -> None:
@@ -192,13 +113,13 @@ async def _session(
     reader = asyncio.create_task(read())
     try:
         state = welcome["input"]["state"]
-        writer = _Writer(state if _usable(state) else fresh_state(), rng)
+        writer = Writer(state if usable(state) else fresh_state(), rng)
         run_no = 0
         while not refused.is_set() and budget.left:
             run_no += 1
             run_id = f"demo-run-{welcome['seq']}-{run_no}"
             await ws.send(_event("RUN_STARTED", threadId=THREAD, runId=run_id))
-            if not _usable(state):
+            if not usable(state):
                 state = writer.state
                 await ws.send(_event("STATE_SNAPSHOT", snapshot=state))
             for _ in range(STEPS_PER_RUN):
@@ -306,8 +227,71 @@ async def seed_board(url: str) -> None:
             raise RuntimeError(f"the demo receipts were refused: {answer.get('value')}")
 
 
-async def run_demo(config: Config, *, duration: float | None, interval: float) -> None:
-    server = await HubServer.create(config)
+async def clock(url: str, *, interval: float, runs: int | None = None) -> None:
+    """A consumer that has the hub run the demo agent every ``interval`` seconds: ``hub.run``
+    with no new message (so the agent takes a writing step), then, once that run has ended, a
+    pause before the next. A person's run goes first: while one is open (``run_in_progress``)
+    the clock waits for it to end. ``runs`` bounds the runs it starts (tests)."""
+    started = 0
+    while runs is None or started < runs:
+        try:
+            async with connect(url) as ws:
+                started += await _tick(ws, interval, None if runs is None else runs - started)
+        except (OSError, ConnectionError) as exc:  # the hub restarting, say: try again
+            print(f"clock: {exc}; retrying", flush=True)
+        if runs is None or started < runs:
+            await asyncio.sleep(max(interval, 0.5))
+
+
+async def _tick(ws: ClientConnection, interval: float, runs: int | None) -> int:
+    """Start runs on one connection; the number started when it closes or ``runs`` is met."""
+    ended = asyncio.Condition()
+    ends = 0  # RUN_FINISHED / RUN_ERROR seen
+    answers: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=16)  # one asked at a time
+
+    async def read() -> None:
+        nonlocal ends
+        async for raw in ws:
+            frame = json.loads(raw)
+            if frame.get("type") in ("RUN_FINISHED", "RUN_ERROR"):
+                async with ended:
+                    ends += 1
+                    ended.notify_all()
+            elif frame.get("name") in ("hub.run", "hub.error") and not answers.full():
+                answers.put_nowait(frame)
+
+    async def next_end(after: int) -> None:
+        async with ended:
+            await asyncio.wait_for(ended.wait_for(lambda: ends > after), 120)
+
+    reader = asyncio.create_task(read())
+    started = 0
+    try:
+        while runs is None or started < runs:
+            seen = ends
+            await ws.send(json.dumps({"type": "hub.run", "agent": AGENT, "messages": []}))
+            answer = await asyncio.wait_for(answers.get(), 30)
+            if answer["name"] == "hub.run":
+                started += 1
+            elif answer["value"].get("code") != "run_in_progress":
+                print(f"clock: the hub refused a run: {answer['value']}", flush=True)
+                return started
+            await next_end(seen)  # this run's end, or the end of the run in the way
+            await asyncio.sleep(interval)
+        return started
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader
+
+
+async def run_demo(
+    config: Config, *, duration: float | None, interval: float, word_delay: float = 0.05
+) -> None:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per run in the terminal
+    agent = await AgentServer(DemoAgent(word_delay=word_delay)).start()
+    agents = {**config.agents, AGENT: AgentTarget(AGENT, agent.url)}
+    server = await HubServer.create(dataclasses.replace(config, agents=agents))
     await server.start()
     base = f"{config.host}:{server.port}"
     print(
@@ -315,15 +299,14 @@ async def run_demo(config: Config, *, duration: float | None, interval: float) -
         f"  the demo pages:     http://{base}/demo/   (document, dashboard, operator board)\n"
         f"  watch the thread:   ws://{base}/v1/threads/{THREAD}   (any WebSocket client)\n"
         f"  its current state:  http://{base}/v1/threads/{THREAD}\n"
+        f"  the demo agent:     {agent.url}   (AG-UI over HTTP; the hub runs it as '{AGENT}')\n"
         f"  metrics:            http://{base}/metrics\n"
         f"  stop with Ctrl-C",
         flush=True,
     )
     await seed_board(f"ws://{base}/v1/receipts")
     tasks = [
-        asyncio.create_task(
-            demo_agent(f"ws://{base}/v1/threads/{THREAD}/agent", interval=interval)
-        ),
+        asyncio.create_task(clock(f"ws://{base}/v1/threads/{THREAD}", interval=interval)),
         asyncio.create_task(watcher(f"ws://{base}/v1/threads/{THREAD}")),
     ]
     try:
@@ -338,3 +321,4 @@ async def run_demo(config: Config, *, duration: float | None, interval: float) -
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await server.drain()
+        await agent.close()

@@ -26,3 +26,4 @@ export {
 export { backoffDelay, backoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
 export { decodeFrame, encodeFrame, loadMsgpack, FrameError, MSGPACK_SUBPROTOCOL } from "./codec.js";
 export { testOps } from "./edits.js";
+export { HubRunError } from "./runs.js";

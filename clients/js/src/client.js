@@ -10,6 +10,7 @@ import { Edits, testOps } from "./edits.js";
 import { hubControl, MESSAGE_EVENTS, Mirror, positionOf, STATE_EVENTS } from "./mirror.js";
 import { Emitter } from "./emitter.js";
 import { checkPatch } from "./patch.js";
+import { Runs } from "./runs.js";
 import { threadUrl } from "./url.js";
 
 /** hub.error codes, sent instead of a welcome, after which trying again later may work. */
@@ -54,10 +55,23 @@ export class HubClient extends Emitter {
     this.ackInterval = options.ackInterval ?? 1_000;
     this._msgpack = options.msgpack ?? null;
     this.mirror = new Mirror(options);
+    /** Edits and runs go out one at a time, in the order asked (edits.js, runs.js). */
+    this._turns = 0;
     this._edits = new Edits({
       send: (command) => this._send(command),
       emit: (name, value) => this._emit(name, value),
       timeout: options.publishTimeout ?? 10_000,
+      busy: (turn) => this._runs.inflight !== null || this._runs.nextTurn < turn,
+      idle: () => this._runs.pump(),
+      turn: () => ++this._turns,
+    });
+    this._runs = new Runs({
+      send: (command) => this._send(command),
+      emit: (name, value) => this._emit(name, value),
+      timeout: options.runTimeout ?? 10_000,
+      busy: (turn) => this._edits.inflight !== null || this._edits.nextTurn < turn,
+      idle: () => this._edits.pump(),
+      turn: () => ++this._turns,
     });
 
     /** 'connecting' | 'open' | 'closed' */
@@ -192,6 +206,7 @@ export class HubClient extends Emitter {
     this._closing = true;
     for (const name of Object.keys(this._timers)) this._clear(name);
     this._edits.cancelAll();
+    this._runs.cancelAll();
     this._settleReady(new Error("this HubClient was closed"));
     const ws = this._ws;
     if (ws === null || ws.readyState === 3) {
@@ -293,6 +308,7 @@ export class HubClient extends Emitter {
     this._clear("ack");
     const code = event?.code ?? 1006;
     this._edits.disconnected();
+    this._runs.disconnected();
     if (this._closing) {
       this._clear("close");
       this._setStatus("closed", { code, final: true });
@@ -323,6 +339,7 @@ export class HubClient extends Emitter {
   _fail(err, code) {
     this._closing = true;
     this._edits.cancelAll();
+    this._runs.cancelAll();
     this._settleReady(err);
     this._setStatus("closed", { code, error: err, final: true });
   }
@@ -429,6 +446,7 @@ export class HubClient extends Emitter {
     this._emit("welcome", value);
     this._setStatus("open", { resumed: value.resumed === true, node: value.node });
     this._edits.connected();
+    this._runs.connected();
     this._settleReady(null, value);
     this._report();
   }
@@ -441,6 +459,7 @@ export class HubClient extends Emitter {
       this._sawHead(control[1].seq, control[1].epoch);
     }
     const awaiting = this.mirror.awaiting;
+    const openRun = this.mirror.runId;
     const step = this.mirror.receive(frame);
     // The echo of an edit in flight settles it, whether or not this copy could apply it now.
     if (position !== null && !position.sync) this._edits.sawSequenced(frame, position.seq);
@@ -450,8 +469,14 @@ export class HubClient extends Emitter {
         this._emit("resync", { reason: command.reason, counts: { ...this.resyncs } });
       }
     }
+    if (frame?.type === "RUN_FINISHED" || frame?.type === "RUN_ERROR") {
+      this._runs.sawEnd(frame.runId ?? openRun, frame);
+    }
     if (step.error !== null) this._onHubError(step.error);
-    if (step.control !== null) this._emit("control", { name: step.control[0], value: step.control[1] });
+    if (step.control !== null) {
+      if (step.control[0] === "hub.run") this._runs.sawStarted(step.control[1]);
+      this._emit("control", { name: step.control[0], value: step.control[1] });
+    }
     if (step.applied !== null) this._onApplied(step.applied, position, awaiting);
     this._report();
   }
@@ -482,9 +507,9 @@ export class HubClient extends Emitter {
       this.conflicts++;
       this._conflictPending = true; // the hub sends a snapshot next
     }
-    if (!this._edits.sawError(value) && value?.code === "conflict") {
-      this._emit("conflict", { id: null, ok: false, status: "conflict", ...value });
-    }
+    if (this._edits.sawError(value)) return;
+    if (value?.code === "conflict") this._emit("conflict", { id: null, ok: false, status: "conflict", ...value });
+    else this._runs.sawError(value);
   }
 
   _noteError(value) {
@@ -559,6 +584,29 @@ export class HubClient extends Emitter {
     const event = { type: "STATE_SNAPSHOT", snapshot };
     if (metadata) event.metadata = metadata;
     return this._edits.submit(event, base ?? this.seq, timeout);
+  }
+
+  /**
+   * Have the hub run the upstream agent `agent` (the hub's `--agent NAME=URL`) on this thread,
+   * with `messages` (AG-UI messages, e.g. `[{id, role: "user", content}]`: the ones the thread
+   * lacks are added to it before the agent answers). The hub posts the thread's state and
+   * messages to the agent; its events reach every consumer of the thread, this one included.
+   * Resolves with `{threadId, runId}` once the run is open; rejects with a HubRunError whose
+   * `code` is the hub's (`run_in_progress`: one run at a time per thread; `unknown_agent`,
+   * `forbidden`, `bad_request`), or `timeout` / `disconnected` / `closed`. Waits for the
+   * connection if there is none yet.
+   */
+  run(agent, messages = [], options = {}) {
+    return this._runs.run(agent, messages, options);
+  }
+
+  /**
+   * End the open run `runId` (every consumer gets RUN_ERROR code `cancelled`). Resolves with
+   * `{runId, type, code}` once the run has ended (by this cancel, or by itself just before);
+   * rejects with a HubRunError (`unknown_run`: it is not the thread's open run).
+   */
+  cancel(runId, options = {}) {
+    return this._runs.cancel(runId, options);
   }
 
   /** Tell the hub this client has processed up to `seq` (default: the current position). */

@@ -6,7 +6,8 @@
 // ahead of queued live events. So edits go out one at a time: the next is sent when the hub
 // has answered the previous one, which makes every answer unambiguous. The edit carries
 // `metadata.edit` (this client's id and a counter), which the hub keeps on the sequenced event,
-// so the echo is recognised even among other writers' events.
+// so the echo is recognised even among other writers' events. Runs (runs.js) take turns with
+// edits for the same reason: one command awaiting an answer at a time.
 
 import { applyPatch, checkPatch, cloneJson, valueAt } from "./patch.js";
 
@@ -57,9 +58,18 @@ export class Edits {
    * `send(command)` sends a command now (false when not connected); `emit(name, value)` reports
    * to the client's listeners; `timeout` is how long an edit waits for its answer (ms).
    */
-  constructor({ send, emit, timeout }) {
+  constructor({ send, emit, timeout, busy = () => false, idle = () => {}, turn = null }) {
     this._send = send;
     this._emit = emit;
+    /**
+     * `busy(turn)`: true while another kind of command (a run, runs.js) waits for its answer,
+     * or one asked for before turn `turn` waits to be sent: wait too.
+     */
+    this._busy = busy;
+    /** A counter shared with that other kind, so that all go out in the order asked. */
+    this._turn = turn ?? (() => 0);
+    /** Called when an edit's answer came, so that other kind of command may go. */
+    this._idle = idle;
     this.timeout = timeout;
     this.clientId = Math.random().toString(36).slice(2, 10);
     this._counter = 0;
@@ -71,6 +81,11 @@ export class Edits {
     this.version = 0;
   }
 
+  /** The turn of the next edit to send (Infinity: none waits). */
+  get nextTurn() {
+    return this.queue[0]?.turn ?? Infinity;
+  }
+
   /** Edits not yet answered (sent or waiting to be), oldest first. */
   get pending() {
     return this.inflight ? [this.inflight, ...this.queue] : [...this.queue];
@@ -79,7 +94,7 @@ export class Edits {
   submit(event, base, timeout = this.timeout) {
     const id = `${this.clientId}-${++this._counter}`;
     const tagged = { ...event, metadata: { ...(event.metadata ?? {}), edit: id } };
-    const edit = { id, event: tagged, base, timeout, timer: null, resolve: null };
+    const edit = { id, event: tagged, base, timeout, timer: null, resolve: null, turn: this._turn() };
     const done = new Promise((resolve) => (edit.resolve = resolve));
     if (this.closed) {
       this._finish(edit, { ok: false, status: "cancelled", reason: "closed" });
@@ -94,6 +109,7 @@ export class Edits {
   /** Send the next edit if the connection is open and nothing is waiting for an answer. */
   pump() {
     if (!this.open || this.inflight !== null || this.queue.length === 0) return;
+    if (this._busy(this.queue[0].turn)) return;
     const edit = this.queue.shift();
     const base = typeof edit.base === "function" ? edit.base() : edit.base;
     if (!this._send({ type: "hub.publish", base, event: edit.event })) {
@@ -130,6 +146,7 @@ export class Edits {
     this.inflight = null;
     this._finish(edit, fields);
     this.pump();
+    this._idle();
   }
 
   _finish(edit, fields) {

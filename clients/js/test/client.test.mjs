@@ -518,3 +518,68 @@ describe("publishing edits", () => {
     await client.close();
   });
 });
+
+describe("runs", () => {
+  test("a run waits for the edit in flight, and an edit for the run in flight: answers are unambiguous", async () => {
+    const { client, ws } = await connected({ a: 0 });
+    const edit = client.publish([{ op: "replace", path: "/a", value: 1 }]);
+    const run = client.run("writer", [{ id: "u1", role: "user", content: "go" }], { context: [] });
+    const later = client.publish([{ op: "replace", path: "/a", value: 2 }]);
+    await tick();
+    assert.deepEqual(
+      ws.commands().map((c) => c.type),
+      ["hub.publish"],
+      "the run waits for the edit's answer",
+    );
+    ws.deliver(at(2, ws.commands()[0].event));
+    assert.equal((await edit).status, "acked");
+    await tick();
+    const sent = ws.commands()[1];
+    assert.deepEqual(sent, {
+      type: "hub.run",
+      agent: "writer",
+      messages: [{ id: "u1", role: "user", content: "go" }],
+      tools: [],
+      context: [],
+      forwardedProps: {},
+    });
+    assert.equal(ws.commands().length, 2, "the next edit waits for the run's answer");
+    ws.deliver({ type: "CUSTOM", name: "hub.run", value: { threadId: "doc", runId: "r1" } });
+    assert.deepEqual(await run, { threadId: "doc", runId: "r1" });
+    await tick();
+    assert.equal(ws.commands()[2].type, "hub.publish");
+    ws.deliver(error("conflict"), ...join(2, { a: 1 }));
+    assert.equal((await later).status, "conflict");
+    await client.close();
+  });
+
+  test("a refused run rejects with the hub's code; a dropped connection with disconnected", async () => {
+    const { client, ws, WebSocket } = await connected();
+    const busy = client.run("writer");
+    await tick();
+    ws.deliver(error("run_in_progress", "one at a time"));
+    await assert.rejects(busy, { name: "HubRunError", code: "run_in_progress" });
+    const lost = client.run("writer");
+    await tick();
+    ws.drop();
+    await assert.rejects(lost, { code: "disconnected" });
+    await until(() => WebSocket.all.length === 2, "a reconnect");
+    await client.close();
+  });
+
+  test("cancel() settles when the run ends, or rejects with unknown_run", async () => {
+    const { client, ws } = await connected();
+    ws.deliver(at(2, { type: "RUN_STARTED", threadId: "doc", runId: "r1" }));
+    const cancelled = client.cancel("r1");
+    await tick();
+    assert.deepEqual(ws.commands().at(-1), { type: "hub.cancel", runId: "r1" });
+    ws.deliver(at(3, { type: "RUN_ERROR", message: "the run was cancelled", code: "cancelled" }));
+    assert.deepEqual(await cancelled, { runId: "r1", type: "RUN_ERROR", code: "cancelled" });
+    const unknown = client.cancel("r1");
+    await tick();
+    ws.deliver(error("unknown_run"));
+    await assert.rejects(unknown, { code: "unknown_run" });
+    assert.throws(() => client.cancel(""), TypeError);
+    await client.close();
+  });
+});

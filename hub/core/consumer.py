@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from hub.core.thread import BY_END, BY_START, STREAMING, Event, Thread, item_key
+from hub.core.streaming import STREAMING, Event, Streaming
+from hub.core.thread import Thread
 
 #: Why a consumer gets a snapshot. Every one is counted in metrics.
 CAUSES = (
@@ -51,25 +52,22 @@ class Held(NamedTuple):
     chunked: str | None
 
 
-class ConsumerView:
-    """What the hub has written to one consumer."""
+class ConsumerView(Streaming[None]):
+    """What the hub has written to one consumer: its position, and what is streaming there
+    (:class:`~hub.core.streaming.Streaming`, the rules the thread streams by)."""
 
-    __slots__ = ("chunked", "claimed", "epoch", "open", "run_id", "seq")
+    __slots__ = ("claimed", "epoch", "seq")
 
     def __init__(self) -> None:
+        super().__init__()
         self.epoch: str | None = None
         self.seq = 0
-        self.run_id: str | None = None
-        self.open: dict[str, None] = {}
-        self.chunked: str | None = None
         #: The consumer stated what it holds (``assume``); cleared once it is caught up.
         self.claimed = False
 
     def assume(self, run_id: str | None, open_keys: tuple[str, ...]) -> None:
         """The consumer told us what it holds; repair from that rather than from what we sent."""
-        self.run_id = run_id
-        self.open = dict.fromkeys(k for k in open_keys if k.split(":", 1)[0] in STREAMING)
-        self.chunked = None
+        self.hold(run_id, (k for k in open_keys if k.split(":", 1)[0] in STREAMING), None)
         self.claimed = True
 
     def before_repair(self, cause: str) -> None:
@@ -77,9 +75,7 @@ class ConsumerView:
         so the repair re-sends everything open (a fresh join), which a copy holding some of
         it takes as continuations. Other causes keep what was sent (no second RUN_STARTED)."""
         if cause in FORGETFUL_CAUSES and not self.claimed:
-            self.run_id = None
-            self.open = {}
-            self.chunked = None
+            self.forget()
 
     def key(self) -> tuple[str | None, tuple[str, ...]]:
         """Consumers with equal keys at one position need the same repair frames."""
@@ -89,9 +85,7 @@ class ConsumerView:
         """The consumer now holds exactly the thread's current state."""
         self.epoch = thread.epoch
         self.seq = thread.seq
-        self.run_id = thread.run_id
-        self.open = dict.fromkeys(thread.open)
-        self.chunked = thread.chunked
+        self.hold(thread.run_id, thread.open, thread.chunked)
         self.claimed = False
 
     def snapshot(self) -> Held:
@@ -102,9 +96,8 @@ class ConsumerView:
         """Hold what ``held`` says: a consumer that was sent exactly the frames a view holding
         it followed. So a consumer's view is derived when a repair needs it, from the last
         frame it was sent, instead of following every event written to it."""
-        self.epoch, self.seq, self.run_id = held.epoch, held.seq, held.run_id
-        self.open = dict.fromkeys(held.open)
-        self.chunked = held.chunked
+        self.epoch, self.seq = held.epoch, held.seq
+        self.hold(held.run_id, held.open, held.chunked)
         self.claimed = False
 
     def observe(self, event: Event) -> None:
@@ -113,29 +106,7 @@ class ConsumerView:
         if "seq" in hub:
             self.seq = hub["seq"]
             self.epoch = hub.get("epoch", self.epoch)
-        kind = event.get("type")
-        if self.chunked and kind not in ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK"):
-            self.open.pop(self.chunked, None)
-            self.chunked = None
-        if kind == "RUN_STARTED":
-            self.run_id = event.get("runId")
-        elif kind in ("RUN_FINISHED", "RUN_ERROR"):
-            self.run_id = None
-            self.open.clear()
-        elif kind in BY_START:
-            item = BY_START[kind]
-            self.open[item_key(item, event[STREAMING[item][3]])] = None
-        elif kind in BY_END:
-            item = BY_END[kind]
-            self.open.pop(item_key(item, event[STREAMING[item][3]]), None)
-        elif kind in ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK"):
-            item = "text" if kind == "TEXT_MESSAGE_CHUNK" else "tool"
-            item_id = event.get("messageId" if item == "text" else "toolCallId")
-            if item_id and item_key(item, item_id) != self.chunked:
-                if self.chunked:
-                    self.open.pop(self.chunked, None)
-                self.chunked = item_key(item, item_id)
-                self.open[self.chunked] = None
+        self.follow(event)
 
 
 def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:

@@ -16,34 +16,22 @@ from typing import Any
 
 from hub.core.messages import MessageLog
 from hub.core.patch import Document, apply_patch, check_patch
+from hub.core.streaming import (
+    BY_CONTENT,
+    BY_END,
+    BY_START,
+    CHUNKS,
+    STREAMING,
+    Event,
+    Streaming,
+    item_key,
+)
 from hub.errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
 
-Event = dict[str, Any]
+__all__ = ["BY_END", "BY_START", "STREAMING", "Event", "Outcome", "Thread", "item_key"]
 
 DEFAULT_RETENTION = 10_000
 RECORD_VERSION = 1
-
-#: How each kind of streaming item opens, carries content, and ends.
-#: kind -> (start type, content type or None, end type, id field)
-STREAMING: dict[str, tuple[str, str | None, str, str]] = {
-    "step": ("STEP_STARTED", None, "STEP_FINISHED", "stepName"),
-    "phase": ("REASONING_START", None, "REASONING_END", "messageId"),
-    "text": ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "messageId"),
-    "reasoning": (
-        "REASONING_MESSAGE_START",
-        "REASONING_MESSAGE_CONTENT",
-        "REASONING_MESSAGE_END",
-        "messageId",
-    ),
-    "tool": ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId"),
-}
-BY_START = {spec[0]: kind for kind, spec in STREAMING.items()}
-BY_CONTENT = {spec[1]: kind for kind, spec in STREAMING.items() if spec[1]}
-BY_END = {spec[2]: kind for kind, spec in STREAMING.items()}
-
-
-def item_key(kind: str, item_id: str) -> str:
-    return f"{kind}:{item_id}"
 
 
 @dataclass
@@ -68,10 +56,9 @@ class Thread:
         self.run: Event | None = None
         #: The id of the last run started (open or ended): the next run's ``parentRunId``.
         self.last_run_id: str | None = None
-        #: Streaming items still open, in the order they opened: key -> the event that opened it.
-        self.open: dict[str, Event] = {}
-        #: Items opened by TEXT_MESSAGE_CHUNK / TOOL_CALL_CHUNK; closed by the next other event.
-        self._chunked: list[str] = []
+        #: The open run's id and its streaming items still open, in the order they opened
+        #: (key -> the event that opened it), and the one chunk events stream into.
+        self.streaming: Streaming[Event] = Streaming()
         self.log: deque[Event] = deque(maxlen=max(1, retention))
         self._warnings: list[str] = []
         #: The ``delta`` list the edge checked last (see :meth:`trust_patch`).
@@ -84,13 +71,19 @@ class Thread:
         return self.doc.root
 
     @property
+    def open(self) -> dict[str, Event]:
+        """Streaming items still open, in the order they opened: key -> the event that opened
+        it. Read-only: it changes through the thread's events."""
+        return self.streaming.open
+
+    @property
     def chunked(self) -> str | None:
         """The item opened by chunk events that the next non-chunk event closes, if any."""
-        return self._chunked[-1] if self._chunked else None
+        return self.streaming.chunked
 
     @property
     def run_id(self) -> str | None:
-        return None if self.run is None else str(self.run["runId"])
+        return self.streaming.run_id
 
     def since(self, seq: int) -> list[Event] | None:
         """Events after ``seq`` from the retained log, or None if the log no longer holds them."""
@@ -190,25 +183,19 @@ class Thread:
         if handler is None and kind in BY_END:
             handler = self._end
         result: Event = handler(event) if handler is not None else event
-        if self._chunked and kind not in ("TEXT_MESSAGE_CHUNK", "TOOL_CALL_CHUNK"):
-            self._close_chunked()
+        if self.streaming.chunked is not None and kind not in CHUNKS:
+            self.streaming.unchunk()
         return result
-
-    def _close_chunked(self, keep: str | None = None) -> None:
-        for key in self._chunked:
-            if key != keep:
-                self.open.pop(key, None)
-        self._chunked = [keep] if keep else []
 
     def _require_open(self, kind: str, item_id: str) -> str:
         key = item_key(kind, item_id)
-        if key not in self.open:
+        if key not in self.streaming.open:
             raise InvalidSequence(f"no open {kind} {item_id!r}")
         return key
 
     def _require_closed(self, kind: str, item_id: str) -> str:
         key = item_key(kind, item_id)
-        if key in self.open:
+        if key in self.streaming.open:
             raise InvalidSequence(f"{kind} {item_id!r} is already open")
         return key
 
@@ -219,12 +206,13 @@ class Thread:
             raise InvalidSequence(f"run {self.run_id!r} is still open")
         self.run = event
         self.last_run_id = str(event.get("runId"))
+        self.streaming.start_run(self.last_run_id)
         return event
 
     def _on_run_finished(self, event: Event) -> Event:
         if self.run is None or event.get("runId") != self.run_id:
             raise InvalidSequence("RUN_FINISHED does not match the open run")
-        still_open = [k for k in self.open if k not in self._chunked]
+        still_open = [k for k in self.open if k != self.streaming.chunked]
         if still_open:
             raise InvalidSequence(f"RUN_FINISHED while {still_open[0]} is still open")
         self._end_run()
@@ -236,8 +224,7 @@ class Thread:
 
     def _end_run(self) -> None:
         self.run = None
-        self.open.clear()
-        self._chunked = []
+        self.streaming.end_run()
 
     def _on_state_snapshot(self, event: Event) -> Event:
         self.doc.root = copy.deepcopy(event["snapshot"])
@@ -271,7 +258,7 @@ class Thread:
 
     def _start(self, kind: str, event: Event) -> str:
         key = self._require_closed(kind, event[STREAMING[kind][3]])
-        self.open[key] = event
+        self.streaming.start(key, event)
         return key
 
     def _on_step_started(self, event: Event) -> Event:
@@ -306,24 +293,22 @@ class Thread:
     def _end(self, event: Event) -> Event:
         """Every *_END / *_FINISHED of a streaming item: it must be open; it closes."""
         kind = BY_END[event["type"]]
-        del self.open[self._require_open(kind, event[STREAMING[kind][3]])]
+        self.streaming.end(self._require_open(kind, event[STREAMING[kind][3]]))
         return event
 
     def _on_text_message_chunk(self, event: Event) -> Event:
-        current = self._chunked[-1] if self._chunked else None
+        current = self.streaming.chunked
         message_id = event.get("messageId")
         key = item_key("text", message_id) if message_id else current
         if key is None or not key.startswith("text:"):
             raise InvalidSequence("TEXT_MESSAGE_CHUNK without a messageId starts nothing")
-        if key != current or key not in self.open:
-            if key not in self._chunked:  # check before changing anything: atomic
+        if key != current or key not in self.streaming.open:
+            if key != current:  # check before changing anything: atomic
                 self._require_closed("text", key[5:])
-            self._close_chunked()
             start = {"type": "TEXT_MESSAGE_START", "messageId": key[5:]}
             start["role"] = event.get("role") or "assistant"
             self.messages.start_text(key[5:], start["role"])
-            self.open[key] = start
-            self._chunked = [key]
+            self.streaming.chunk(key, start)
         if event.get("delta"):
             self.messages.append_text(key[5:], event["delta"])
         return event
@@ -342,17 +327,16 @@ class Thread:
         return event
 
     def _on_tool_call_chunk(self, event: Event) -> Event:
-        current = self._chunked[-1] if self._chunked else None
+        current = self.streaming.chunked
         call_id = event.get("toolCallId")
         key = item_key("tool", call_id) if call_id else current
         if key is None or not key.startswith("tool:"):
             raise InvalidSequence("TOOL_CALL_CHUNK without a toolCallId starts nothing")
-        if key != current or key not in self.open:
+        if key != current or key not in self.streaming.open:
             if not event.get("toolCallName"):
                 raise InvalidSequence("the first TOOL_CALL_CHUNK of a call needs toolCallName")
-            if key not in self._chunked:
+            if key != current:
                 self._require_closed("tool", key[5:])
-            self._close_chunked()
             start = {
                 "type": "TOOL_CALL_START",
                 "toolCallId": key[5:],
@@ -363,8 +347,7 @@ class Thread:
             self.messages.start_tool_call(
                 key[5:], event["toolCallName"], event.get("parentMessageId")
             )
-            self.open[key] = start
-            self._chunked = [key]
+            self.streaming.chunk(key, start)
         if event.get("delta"):
             self.messages.append_tool_args(key[5:], event["delta"])
         return event
@@ -405,7 +388,7 @@ class Thread:
             "run": self.run,
             "lastRun": self.last_run_id,
             "open": list(self.open.items()),
-            "chunked": list(self._chunked),
+            "chunked": [] if self.chunked is None else [self.chunked],
         }
 
     @classmethod
@@ -424,8 +407,10 @@ class Thread:
         thread.messages = MessageLog(record["messages"])
         thread.run = record["run"]
         thread.last_run_id = record.get("lastRun")
-        thread.open = {key: start for key, start in record["open"]}
-        thread._chunked = list(record["chunked"])
+        streaming = thread.streaming
+        streaming.start_run(None if thread.run is None else str(thread.run["runId"]))
+        streaming.open = {key: start for key, start in record["open"]}
+        streaming.chunked = record["chunked"][-1] if record["chunked"] else None
         for event in log:
             if event["metadata"]["hub"]["seq"] > thread.seq:
                 thread.replay(event)

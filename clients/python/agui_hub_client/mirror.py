@@ -19,9 +19,10 @@ The rules (the hub's consumer contract):
 - A welcome whose epoch differs from the one held means the thread's history was recreated:
   the hub sends a snapshot, and live events are ignored until it arrives.
 
-- Streaming items are followed the way the hub follows what it sent this consumer, so chunk
-  events (``TEXT_MESSAGE_CHUNK``/``TOOL_CALL_CHUNK``) continue or restart a message exactly
-  as the hub's thread does, across repairs too (best effort after a real loss of events).
+- Streaming items are followed with the hub's own rules (``hub.core.streaming``), as the hub
+  follows what it sent this consumer, so chunk events (``TEXT_MESSAGE_CHUNK``/
+  ``TOOL_CALL_CHUNK``) continue or restart a message exactly as the hub's thread does, across
+  repairs too (best effort after a real loss of events).
 
 State and messages are applied with the hub's own code (``hub.core.patch`` and
 ``hub.core.messages``), so a copy that followed the stream holds exactly what the hub holds.
@@ -36,7 +37,7 @@ from typing import Any
 
 from hub.core.messages import Message, MessageLog
 from hub.core.patch import Document, apply_patch, check_patch
-from hub.core.thread import STREAMING
+from hub.core.streaming import Streaming
 from hub.errors import MalformedPatch, PatchFailed
 from hub.wire.control import ERROR, HEARTBEAT, WELCOME
 
@@ -45,14 +46,6 @@ from agui_hub_client._wire import Event, hub_control
 #: Reasons a consumer gives the hub when it asks for a fresh snapshot.
 GAP = "gap"
 PATCH_FAILED = "patch_failed"
-
-#: Streaming items followed for chunk handling: start and end events -> key prefix.
-# What opens and ends a streaming item, as the hub's thread defines it (hub.core.thread).
-_STARTS = {spec[0]: f"{kind}:" for kind, spec in STREAMING.items()}
-_ENDS = {spec[2]: f"{kind}:" for kind, spec in STREAMING.items()}
-_ID = {spec[i]: spec[3] for spec in STREAMING.values() for i in (0, 2)}
-#: Chunk events -> (item, id field).
-_CHUNKS = {"TEXT_MESSAGE_CHUNK": ("text", "messageId"), "TOOL_CALL_CHUNK": ("tool", "toolCallId")}
 
 
 class LocalFailure(Exception):
@@ -105,16 +98,11 @@ class Mirror:
         #: Problems found in frames the hub sent (undecodable, or not applicable as sync).
         self.local_errors: list[str] = []
         self._drop = 0
-        # What the hub has sent as still streaming, followed as the hub follows it for this
-        # consumer (hub.core.consumer.ConsumerView): the text messages and tool calls open
-        # ("text:ID"/"tool:ID"), and the one chunk events stream into. A chunk for that item
-        # continues it; a chunk for any other item starts (or restarts) it, as in the hub.
-        self._open: dict[str, None] = {}
-        #: The run this copy has open (RUN_STARTED seen, not yet finished).
-        self.run_id: str | None = None
-        self._chunked: str | None = None
-        #: ``_chunked`` was guessed from a repair's re-opened items, not seen streaming.
-        self._chunk_guessed = False
+        #: What the hub has sent as still streaming, followed as the hub follows it for this
+        #: consumer (hub.core.consumer.ConsumerView), with the same code: the open run, the
+        #: items open ("text:ID", "tool:ID"...), and the one chunk events stream into. A chunk
+        #: for that item continues it; a chunk for any other item starts (or restarts) it.
+        self.streaming: Streaming[None] = Streaming()
         #: A connection opened with ``since``: if the hub cannot replay, its first sequenced
         #: frames are a join from scratch.
         self._resuming = False
@@ -122,6 +110,11 @@ class Mirror:
     @property
     def state(self) -> Any:
         return self.doc.root
+
+    @property
+    def run_id(self) -> str | None:
+        """The run this copy has open (RUN_STARTED seen, not yet finished)."""
+        return self.streaming.run_id
 
     # -- connection lifecycle -------------------------------------------------------------------
 
@@ -140,14 +133,8 @@ class Mirror:
         if not resumed:
             # The hub treats this as a fresh join: it re-sends everything still open.
             self.awaiting = "join"
-            self._forget_streaming()
+            self.streaming.forget()
         self._resuming = resumed
-
-    def _forget_streaming(self) -> None:
-        self.run_id = None
-        self._open.clear()
-        self._chunked = None
-        self._chunk_guessed = False
 
     # -- frames ---------------------------------------------------------------------------------
 
@@ -163,7 +150,7 @@ class Mirror:
         if self._resuming:
             self._resuming = False
             if position.get("sync"):
-                self._forget_streaming()  # not a replay: a join from scratch follows
+                self.streaming.forget()  # not a replay: a join from scratch follows
         if position.get("sync"):
             return self._sync(frame, position)
         if self._drop:
@@ -172,16 +159,16 @@ class Mirror:
             return Step()
         seq: int = position["seq"]
         if self.awaiting is not None:
-            self._observe(frame)
+            self.streaming.follow(frame)
             return Step()
         if self.epoch is not None and position.get("epoch") != self.epoch:
-            self._observe(frame)
+            self.streaming.follow(frame)
             return self.resync(GAP)
         if seq <= self.seq:
             self.duplicates += 1
             return Step()
         if seq > self.seq + 1:
-            self._observe(frame)
+            self.streaming.follow(frame)
             return self.resync(GAP)
         step = self._apply_live(frame)
         if step.applied is not None:
@@ -195,7 +182,7 @@ class Mirror:
             seq = value.get("seq")
             if isinstance(value.get("resumed"), bool):  # the hub says which it is
                 if self._resuming and not value["resumed"]:
-                    self._forget_streaming()  # a join from scratch follows, not a replay
+                    self.streaming.forget()  # a join from scratch follows, not a replay
                 self._resuming = False
             if self.awaiting is None:
                 if self.epoch is not None and epoch != self.epoch:
@@ -232,7 +219,7 @@ class Mirror:
         except LocalFailure:
             return self.resync(PATCH_FAILED)
         finally:
-            self._observe(frame)
+            self.streaming.follow(frame)
         return Step(applied=frame)
 
     def resync(self, reason: str) -> Step:
@@ -241,7 +228,7 @@ class Mirror:
         self.awaiting = reason
         self.resyncs[reason] += 1
         # Say what this copy holds open, so the repair ends and re-opens exactly the rest.
-        holding = {"run": self.run_id, "open": list(self._open)}
+        holding = {"run": self.run_id, "open": list(self.streaming.open)}
         return Step(send=[{"type": "hub.resync", "reason": reason, "holding": holding}])
 
     # -- test hooks -----------------------------------------------------------------------------
@@ -273,7 +260,7 @@ class Mirror:
     def _apply(self, event: Event, *, sync: bool = False) -> None:
         """Apply one event to the copy, atomically; raise :class:`LocalFailure` if it can't.
 
-        Live events update what is streaming afterwards (:meth:`_observe`), sync frames here.
+        Live events update what is streaming afterwards (``streaming.follow``), sync frames here.
         """
         kind = event.get("type")
         try:
@@ -281,7 +268,7 @@ class Mirror:
         except (PatchFailed, MalformedPatch, KeyError, TypeError) as exc:
             raise LocalFailure(str(exc)) from None
         if sync:
-            self._observe_sync(event, kind)
+            self.streaming.follow_repair(event)
 
     def _effect(self, event: Event, kind: Any, sync: bool = False) -> None:
         messages = self.messages
@@ -291,7 +278,7 @@ class Mirror:
             ops, _ = check_patch(event.get("delta"))
             apply_patch(self.doc, ops)
         elif kind == "MESSAGES_SNAPSHOT":
-            messages.replace_all(event["messages"], streaming=self._open)
+            messages.replace_all(event["messages"], streaming=self.streaming.open)
         elif kind == "TEXT_MESSAGE_START":
             messages.start_text(event["messageId"], event.get("role") or "assistant")
         elif kind == "REASONING_MESSAGE_START":
@@ -321,87 +308,25 @@ class Mirror:
 
     def _require_open(self, message_id: str) -> None:
         # The hub forwards content only for a message it has open; we must have it open too.
-        if f"text:{message_id}" not in self._open and f"reasoning:{message_id}" not in self._open:
+        held = self.streaming.open
+        if f"text:{message_id}" not in held and f"reasoning:{message_id}" not in held:
             raise KeyError(f"no open message {message_id!r}")
 
     def _require_call(self, tool_call_id: str) -> None:
         if self.messages.tool_call(tool_call_id) is None:
             raise KeyError(f"no tool call {tool_call_id!r}")
 
-    # -- what is streaming ----------------------------------------------------------------------
-
-    def _observe(self, event: Event) -> None:
-        """Follow a live event the hub sent, applied or not (as ``ConsumerView.observe``)."""
-        kind = event.get("type")
-        if kind in _CHUNKS:
-            item, id_field = _CHUNKS[kind]
-            item_id = event.get(id_field)
-            key = f"{item}:{item_id}" if item_id else self._chunked
-            if key is not None and key != self._chunked:
-                if self._chunked is not None:
-                    self._open.pop(self._chunked, None)
-                self._chunked = key
-                self._open[key] = None
-            self._chunk_guessed = False
-            return
-        if self._chunked is not None:
-            if not self._chunk_guessed:
-                self._open.pop(self._chunked, None)
-            self._chunked = None
-            self._chunk_guessed = False
-        if kind in ("RUN_FINISHED", "RUN_ERROR"):
-            self._open.clear()
-            self.run_id = None
-        elif kind == "RUN_STARTED":
-            self.run_id = event.get("runId")
-        elif kind in _STARTS:
-            self._open[_STARTS[kind] + str(event.get(_ID[kind]))] = None
-        elif kind in _ENDS:
-            self._open.pop(_ENDS[kind] + str(event.get(_ID[kind])), None)
-
-    def _observe_sync(self, event: Event, kind: Any) -> None:
-        """Follow a repair frame: ends, then re-opened items (start + content so far, or one
-        chunk carrying the content so far).
-
-        The hub's thread streams chunks into the item opened last, if it was opened by chunks.
-        Which re-opened item that is, the frames do not say: while the item this copy saw
-        streaming is still open it stays; otherwise the last re-opened item is taken (a chunk
-        the hub accepts for it continues it; one for an item opened by a start event the hub
-        rejects, so guessing wrong there costs nothing).
-        """
-        if kind in ("RUN_FINISHED", "RUN_ERROR"):
-            self._forget_streaming()
-        elif kind == "RUN_STARTED":
-            self.run_id = event.get("runId")
-        elif kind in _ENDS:
-            key = _ENDS[kind] + str(event.get(_ID[kind]))
-            self._open.pop(key, None)
-            if key == self._chunked:
-                self._chunked = None
-        elif kind in _STARTS:
-            key = _STARTS[kind] + str(event.get(_ID[kind]))
-            self._open[key] = None
-            if self._chunked is None or self._chunk_guessed:
-                self._chunked = key
-                self._chunk_guessed = True
-        elif kind in _CHUNKS:
-            item, id_field = _CHUNKS[kind]
-            key = f"{item}:{event.get(id_field)}"
-            if self._chunked is not None and self._chunked != key and not self._chunk_guessed:
-                self._open.pop(self._chunked, None)
-            self._open[key] = None
-            self._chunked = key  # re-opened as a chunk: chunks continue it
-            self._chunk_guessed = False
+    # -- chunks ---------------------------------------------------------------------------------
 
     def _chunk_target(self, item: str, item_id: Any, sync: bool) -> tuple[str, bool]:
         """The item a chunk streams into, and whether it starts (or restarts) it.
 
         A sync chunk re-opens an item with its content so far: it always starts it.
         """
-        key = f"{item}:{item_id}" if item_id else self._chunked
+        key = f"{item}:{item_id}" if item_id else self.streaming.chunked
         if key is None or not key.startswith(f"{item}:"):
             raise KeyError(f"a {item} chunk without an id continues nothing")
-        return key, sync or key != self._chunked
+        return key, sync or key != self.streaming.chunked
 
     def _text_chunk(self, event: Event, sync: bool) -> None:
         key, start = self._chunk_target("text", event.get("messageId"), sync)

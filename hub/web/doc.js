@@ -5,8 +5,10 @@
 // the section is still the one at that index. The hub applies it only if that still holds, so
 // of two people editing the same field from the same value exactly one wins; the other gets a
 // `conflict`, a fresh snapshot, and a notice here saying what won. Nothing is merged silently.
+// People can also ask the agent (ask.js): a message box whose message becomes a run.
 
-import { asText, byTestId, el, keepThreadInLinks, pageThread, renderMessages, startPage, valueAt } from "./common.js";
+import { askBox } from "./ask.js";
+import { asText, byTestId, el, keepThreadInLinks, pageThread, startPage, valueAt } from "./common.js";
 
 const MAX_NOTICES = 6;
 const SAVED_FLASH_MS = 1500;
@@ -14,7 +16,6 @@ const SAVED_FLASH_MS = 1500;
 const titleInput = byTestId("doc-title");
 const sectionList = byTestId("sections");
 const noticeList = byTestId("conflicts");
-const messageList = byTestId("messages");
 
 /** Every editable field on the page, and the section elements by section id. */
 const fields = new Set();
@@ -320,12 +321,16 @@ function renderAll() {
 }
 
 keepThreadInLinks();
+let renderTalk = () => {};
 client = startPage({
   thread: pageThread("demo"),
   render(c) {
     titleInput.disabled = false;
     renderAll();
-    renderMessages(messageList, c.messages);
+    renderTalk(c);
   },
 });
-client?.on("publish", () => renderAll());
+if (client !== null) {
+  renderTalk = askBox(client);
+  client.on("publish", () => renderAll());
+}

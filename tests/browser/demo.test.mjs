@@ -375,6 +375,69 @@ test("a section edited in one tab shows in the other; state is rendered as text,
   await assertConverged([a, b, tabs.C]);
 });
 
+test("a message typed in one tab is answered by the agent, streamed into both tabs", async () => {
+  const a = tabs.A;
+  const b = tabs.B;
+  const words = `hello from tab A ${Date.now()}`;
+  const section = `Asked in the browser ${Date.now()}`;
+  // Tab B records every assistant text it receives, so the reply is seen arriving in pieces.
+  await b.evaluate(() => {
+    window.__streamed = [];
+    window.__hub.client.on("event", (e) => e.type === "TEXT_MESSAGE_CONTENT" && window.__streamed.push(e.messageId));
+  });
+  const conversation = (page) =>
+    page.$$eval('[data-testid="conversation"] [data-testid="message"]', (items) =>
+      items.map((li) => ({
+        role: li.querySelector(".message-role").textContent,
+        text: li.querySelector(".message-text").textContent,
+      })),
+    );
+  await a.fill('[data-testid="ask-input"]', words);
+  await a.press('[data-testid="ask-input"]', "Enter");
+  const runId = await until(a, () => document.querySelector('[data-testid="ask-status"]').dataset.runId, null, {
+    what: "the hub to start the run",
+  });
+  const reply = `You said “${words}”.`;
+  for (const page of [a, b]) {
+    await until(
+      page,
+      ([w, r]) => {
+        const texts = document.querySelectorAll('[data-testid="conversation"] .message-text');
+        const items = [...texts].map((x) => x.textContent);
+        const i = items.indexOf(w);
+        return i >= 0 && items.slice(i + 1).some((t) => t.startsWith(r));
+      },
+      [words, reply],
+      { what: "the user's message and the agent's reply", timeout: 15_000 },
+    );
+    const shown = await conversation(page);
+    const mine = shown.findIndex((m) => m.text === words);
+    assert.equal(shown[mine].role, "user");
+    assert.equal(shown.slice(mine + 1).find((m) => m.text.startsWith(reply)).role, "assistant");
+  }
+  // The reply streamed into B as several TEXT_MESSAGE_CONTENT events of one message.
+  const pieces = await b.evaluate((id) => window.__streamed.filter((m) => m === `reply-${id}`).length, runId);
+  assert.ok(pieces > 3, `the reply arrived in ${pieces} piece(s)`);
+  await until(a, () => document.querySelector('[data-testid="ask-status"]').dataset.state === "idle", null, {
+    what: "the run to end",
+  });
+  // The agent may also edit the document: `section: ...` adds one, in both tabs.
+  await b.fill('[data-testid="ask-input"]', `section: ${section}`);
+  await b.click('[data-testid="ask-send"]');
+  for (const page of [a, b]) {
+    await until(
+      page,
+      (t) => [...document.querySelectorAll('[data-testid="section-title"]')].some((x) => x.value === t),
+      section,
+      { what: "the agent's new section", timeout: 15_000 },
+    );
+  }
+  const hub = await assertConverged([a, b, tabs.C]);
+  assert.ok(hub.state.sections.some((s) => s.title === section && s.by === "agent"));
+  assert.ok(hub.messages.some((m) => m.role === "user" && m.content === words));
+  await shot(a, "doc-ask");
+});
+
 test("the operator board renders a receipts board and follows its deltas", async () => {
   const fixture = JSON.parse(readFileSync(process.env.AGUI_BOARD_FIXTURE, "utf8"));
   const board = await context.newPage();

@@ -11,6 +11,9 @@ checks, comparing every tab with ``GET /v1/threads/demo`` at the same seq:
 - a tab taken offline comes back, resumes with ``since`` and gets a replay (no new join);
 - two tabs saving the same field from the same value: one wins, the other shows a conflict
   notice, both end with the winner's value;
+- a message typed in one tab's message box is run by the hub through the demo agent (a real
+  AG-UI HTTP endpoint), and its streamed reply shows in both tabs; ``section: ...`` makes the
+  agent add a section, in both tabs;
 - state is rendered as text (markup in the state stays text); the operator board renders a
   receipts board (hub/receipts/board.py's shape) and follows its deltas; no page breaks its CSP.
 
@@ -172,5 +175,5 @@ def test_the_demo_pages_work_in_chromium(tmp_path: Path) -> None:
     report = f"{suite.stdout[-20000:]}\n{suite.stderr[-5000:]}"
     assert suite.returncode == 0, f"the browser tests failed ({took:.1f} s):\n{report}"
     assert took < 60, f"the browser tests took {took:.1f} s (budget: 60 s)"
-    for name in ("index", "doc-conflict", "dashboard", "dashboard-repaired", "board"):
+    for name in ("index", "doc-conflict", "dashboard", "dashboard-repaired", "doc-ask", "board"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000, name

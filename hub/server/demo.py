@@ -20,10 +20,13 @@ import dataclasses
 import json
 import logging
 import random
+from asyncio import FIRST_COMPLETED
+from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import WebSocketException
 
 from hub.core.messages import MessageLog
 from hub.core.patch import Document, apply_patch
@@ -53,6 +56,7 @@ __all__ = [
     "watcher",
 ]
 
+T = TypeVar("T")
 THREAD = "demo"
 #: The name the hub knows the demo agent by (``hub.run`` ``agent``).
 AGENT = "demo"
@@ -237,8 +241,8 @@ async def clock(url: str, *, interval: float, runs: int | None = None) -> None:
         try:
             async with connect(url) as ws:
                 started += await _tick(ws, interval, None if runs is None else runs - started)
-        except (OSError, ConnectionError) as exc:  # the hub restarting, say: try again
-            print(f"clock: {exc}; retrying", flush=True)
+        except (OSError, WebSocketException) as exc:  # the hub restarting, say: try again
+            print(f"clock: {exc or type(exc).__name__}; trying again", flush=True)
         if runs is None or started < runs:
             await asyncio.sleep(max(interval, 0.5))
 
@@ -262,21 +266,33 @@ async def _tick(ws: ClientConnection, interval: float, runs: int | None) -> int:
 
     async def next_end(after: int) -> None:
         async with ended:
-            await asyncio.wait_for(ended.wait_for(lambda: ends > after), 120)
+            await ended.wait_for(lambda: ends > after)
 
     reader = asyncio.create_task(read())
+
+    async def while_open(waiting: Coroutine[Any, Any, T], timeout: float) -> T:
+        """``waiting``'s result, unless the connection closes or ``timeout`` passes first."""
+        task = asyncio.ensure_future(waiting)
+        done, _ = await asyncio.wait({task, reader}, timeout=timeout, return_when=FIRST_COMPLETED)
+        if task not in done:
+            task.cancel()
+            raise ConnectionError("the connection closed" if reader in done else "no answer")
+        return task.result()
+
     started = 0
     try:
         while runs is None or started < runs:
             seen = ends
             await ws.send(json.dumps({"type": "hub.run", "agent": AGENT, "messages": []}))
-            answer = await asyncio.wait_for(answers.get(), 30)
+            answer = await while_open(answers.get(), 30)
             if answer["name"] == "hub.run":
                 started += 1
             elif answer["value"].get("code") != "run_in_progress":
                 print(f"clock: the hub refused a run: {answer['value']}", flush=True)
                 return started
-            await next_end(seen)  # this run's end, or the end of the run in the way
+            await while_open(
+                next_end(seen), 300
+            )  # this run's end, or the end of the one in the way
             await asyncio.sleep(interval)
         return started
     finally:

@@ -2,7 +2,8 @@
 
 The bookkeeping (positions, gaps, failed patches, snapshots) is the sans-I/O
 :class:`~agui_hub_client.mirror.Mirror`; this module adds the socket, reconnection with
-``since``, and the ``async for`` over applied events.
+``since``, the ``async for`` over applied events, and the commands that wait for the hub's
+answer (``run``, ``cancel``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import logging
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from hub.wire.control import WELCOME
 from websockets.asyncio.client import ClientConnection
@@ -30,10 +32,28 @@ from agui_hub_client._wire import (
     unpack,
     with_position,
 )
-from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed
+from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed, RunError
 from agui_hub_client.mirror import Mirror, Step
 
 log = logging.getLogger("agui_hub_client")
+
+#: hub.error codes that answer an edit (``hub.publish``), never a run or a cancel.
+EDIT_CODES = frozenset({"conflict", "patch_failed", "malformed_patch", "invalid_event"})
+#: ... nor a run: the hub's answer to a cancel of a run that had ended by itself, which may
+#: come after the cancel saw that end.
+NOT_RUN_CODES = EDIT_CODES | {"unknown_run"}
+#: Events that end a run.
+RUN_ENDS = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+
+
+@dataclass
+class _Asked:
+    """A command waiting for the hub's answer: ``hub.run`` (answered with CUSTOM ``hub.run``)
+    or ``hub.cancel`` (answered by the run's end), either of them by a ``hub.error``."""
+
+    kind: Literal["run", "cancel"]
+    run_id: str | None
+    answer: asyncio.Future[Event]
 
 
 class Consumer:
@@ -119,6 +139,9 @@ class Consumer:
         self._closing = False
         self._done = False
         self._lost: BaseException | None = None
+        #: One command waiting for an answer at a time (the hub's answers carry no id).
+        self._asking = asyncio.Lock()
+        self._asked: _Asked | None = None
 
     # -- what it holds --------------------------------------------------------------------------
 
@@ -220,6 +243,7 @@ class Consumer:
                         await self._handle(ws, data)
                 except ConnectionClosed:
                     pass
+                self._unanswered("the connection closed before the hub answered")
                 if self._closing:
                     return
                 code = 1006 if ws.close_code is None else int(ws.close_code)
@@ -260,6 +284,7 @@ class Consumer:
                 raise ConnectionLost(f"gave up reconnecting after {attempt} attempts: {failure}")
 
     def _finish(self, exc: BaseException | None) -> None:
+        self._unanswered("the consumer stopped before the hub answered")
         if not self._done:
             self._done = True
             self._lost = exc
@@ -272,11 +297,35 @@ class Consumer:
         except ValueError as exc:
             self.mirror.local_errors.append(f"undecodable frame: {exc}")
             return
+        open_run = self.mirror.run_id
         step = self.mirror.receive(frame)
         for command in step.send:
             with contextlib.suppress(ConnectionClosed):
                 await ws.send(pack(command, self.encoding))
+        if self._asked is not None:
+            self._answer(self._asked, frame, step, open_run)
         self._on_step(step)
+
+    def _answer(self, asked: _Asked, frame: Event, step: Step, open_run: str | None) -> None:
+        """Settle the command waiting for an answer if ``frame`` is it."""
+        if asked.answer.done():
+            return
+        if step.error is not None:
+            code = str(step.error.get("code", "internal"))
+            if code not in (NOT_RUN_CODES if asked.kind == "run" else EDIT_CODES):
+                message = str(step.error.get("message", ""))
+                asked.answer.set_exception(RunError(code, message, step.error))
+        elif asked.kind == "run":
+            if step.run is not None:
+                asked.answer.set_result(step.run)
+        elif frame.get("type") in RUN_ENDS and (frame.get("runId") or open_run) == asked.run_id:
+            asked.answer.set_result(frame)
+
+    def _unanswered(self, why: str) -> None:
+        asked = self._asked
+        if asked is not None and not asked.answer.done():
+            maybe = "the run may have started" if asked.kind == "run" else "it may have ended"
+            asked.answer.set_exception(ConnectionLost(f"{why} hub.{asked.kind} ({maybe})"))
 
     def _on_step(self, step: Step) -> None:
         if step.welcome is not None:
@@ -347,6 +396,79 @@ class Consumer:
             "event": event_dict(event),
         }
         await self._send(command)
+
+    async def run(
+        self,
+        agent: str,
+        messages: Sequence[Mapping[str, Any] | Model],
+        *,
+        tools: Sequence[Mapping[str, Any] | Model] | None = None,
+        context: Sequence[Mapping[str, Any] | Model] | None = None,
+        forwarded_props: Any = None,
+        timeout: float = 10.0,
+    ) -> str:
+        """Have the hub run its upstream agent ``agent`` (``agui-hub serve --agent NAME=URL``)
+        on this thread, with ``messages`` (AG-UI messages, camelCase dicts or ``ag_ui.core``
+        models; those the thread lacks, by id, are added to it before the agent answers).
+        Returns the run's id once the hub has opened the run.
+
+        The hub posts the thread's state and messages, and ``tools``, ``context`` and
+        ``forwarded_props`` as given, to the agent; its events come to every consumer of the
+        thread, this one included (:meth:`wait_until` the run's end, e.g. ``c.run_id is None``).
+
+        Raises :class:`RunError` with the hub's code (``unknown_agent``, ``run_in_progress``:
+        one run at a time per thread, ``forbidden``, ``bad_request``...), ``TimeoutError``
+        if no answer came in ``timeout`` seconds, :class:`ConnectionLost` if the connection
+        dropped first (in both cases the run may have started).
+        """
+        command = {
+            "type": "hub.run",
+            "agent": agent,
+            "messages": [event_dict(m) for m in messages],
+            "tools": [event_dict(t) for t in tools or ()],
+            "context": [event_dict(c) for c in context or ()],
+            "forwardedProps": {} if forwarded_props is None else forwarded_props,
+        }
+        answer = await self._ask(command, "run", None, timeout)
+        return str(answer["runId"])
+
+    async def cancel(self, run_id: str, *, timeout: float = 10.0) -> Event:
+        """End the open run ``run_id`` (every consumer gets ``RUN_ERROR`` code ``cancelled``).
+        Returns the event that ended the run, once this consumer has it: that ``RUN_ERROR``,
+        or the run's own end if it came first.
+
+        Raises :class:`RunError` with the hub's code (``unknown_run``: ``run_id`` is not the
+        thread's open run; ``forbidden``...), ``TimeoutError`` or :class:`ConnectionLost`.
+        """
+        return await self._ask({"type": "hub.cancel", "runId": run_id}, "cancel", run_id, timeout)
+
+    @property
+    def run_id(self) -> str | None:
+        """The thread's open run, as this consumer has seen it (None between runs)."""
+        return self.mirror.run_id
+
+    async def _ask(
+        self,
+        command: dict[str, Any],
+        kind: Literal["run", "cancel"],
+        run_id: str | None,
+        timeout: float,
+    ) -> Event:
+        """Send ``command`` and wait for its answer. The hub handles a connection's commands in
+        order, but its answers carry no id and a ``hub.error`` does not say which command it
+        answers: so one command waits for an answer at a time, and errors that only edits get
+        (``conflict``...) are not taken for its answer."""
+        async with self._asking:
+            asked = _Asked(kind, run_id, asyncio.get_running_loop().create_future())
+            self._asked = asked
+            try:
+                await self._send(command)
+                async with asyncio.timeout(timeout):
+                    return await asked.answer
+            finally:
+                self._asked = None
+                if asked.answer.done() and not asked.answer.cancelled():
+                    asked.answer.exception()  # retrieved, even if the wait timed out first
 
     async def ack(self, seq: int | None = None) -> None:
         """Tell the hub this consumer has processed up to ``seq`` (default: the current one)."""

@@ -1,6 +1,9 @@
-"""Errors the client raises. Errors the hub reports are data (``hub.error`` values), not these."""
+"""Errors the client raises. Errors the hub reports are data (``hub.error`` values), not these,
+except the answers to the commands that wait for one (:class:`RunError`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class ClientError(Exception):
@@ -22,3 +25,15 @@ class HandshakeFailed(ClientError):
 
 class ConnectionLost(ClientError):
     """The connection ended and the client is not (or no longer) reconnecting."""
+
+
+class RunError(ClientError):
+    """The hub refused ``hub.run`` or ``hub.cancel``: ``code`` is the hub's stable code
+    (``unknown_agent``, ``run_in_progress``, ``forbidden``, ``bad_request``, ``unknown_run``,
+    ``rate_limited``...), ``message`` its words, ``value`` the whole ``hub.error`` value."""
+
+    def __init__(self, code: str, message: str, value: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.value = dict(value or {})

@@ -39,7 +39,7 @@ from hub.core.messages import Message, MessageLog
 from hub.core.patch import Document, apply_patch, check_patch
 from hub.core.streaming import Streaming
 from hub.errors import MalformedPatch, PatchFailed
-from hub.wire.control import ERROR, HEARTBEAT, WELCOME
+from hub.wire.control import ERROR, HEARTBEAT, RUN, WELCOME
 
 from agui_hub_client._wire import Event, hub_control
 
@@ -64,6 +64,9 @@ class Step:
     error: dict[str, Any] | None = None
     #: The value of ``hub.welcome``, if this frame was one.
     welcome: dict[str, Any] | None = None
+    #: The value of ``hub.run`` (``{threadId, runId}``: the run this consumer asked for is
+    #: open), if this frame was one.
+    run: dict[str, Any] | None = None
 
 
 class Mirror:
@@ -192,6 +195,8 @@ class Mirror:
             return Step(welcome=value)
         if name == ERROR and isinstance(value, dict):
             return Step(error=value)
+        if name == RUN and isinstance(value, dict):
+            return Step(run=value)
         if name == HEARTBEAT and isinstance(value, dict) and self.awaiting is None:
             # The hub had sent everything up to value.seq: holding less means a lost tail.
             seq = value.get("seq")

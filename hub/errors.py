@@ -291,3 +291,26 @@ ERROR_CODES.update(
         "cancelled": "RUN_ERROR: the run was cancelled (hub.cancel)",
     }
 )
+
+
+# --- Plain HTTP (hub/server/http11.py and the routes on it) --------------------------------------
+
+
+class MethodNotAllowed(PeerError):
+    """A path the hub serves, asked with a method it does not take there (HTTP 405)."""
+
+    code = "method_not_allowed"
+
+
+class UnsupportedMediaType(PeerError):
+    """A request body that is not ``application/json`` (HTTP 415)."""
+
+    code = "unsupported_media_type"
+
+
+ERROR_CODES.update(
+    {
+        "method_not_allowed": "HTTP: the path does not take that method (405)",
+        "unsupported_media_type": "HTTP: the body must be application/json (415)",
+    }
+)

@@ -1,15 +1,20 @@
 """The WebSocket and HTTP front of one hub node: a port, and the routes mounted on it.
 
 Routes (one port):
-- ``ws  /v1/threads/{id}``         consumers (``?since=SEQ&epoch=EPOCH`` to resume)
-- ``ws  /v1/threads/{id}/agent``   producers (agents)
-- ``ws  /v1/receipts``             handoff receipts (hub.server.receipts)
-- ``GET /v1/threads/{id}``         ``{threadId, epoch, seq, state, messages, run}``
-- ``GET /healthz``, ``/readyz``, ``/metrics``
+- ``ws     /v1/threads/{id}``               consumers (``?since=SEQ&epoch=EPOCH`` to resume)
+- ``ws     /v1/threads/{id}/agent``         producers (agents)
+- ``ws     /v1/receipts``                   handoff receipts (hub.server.receipts)
+- ``GET    /v1/threads/{id}``               ``{threadId, epoch, seq, state, messages, run}``
+- ``GET    /v1/threads/{id}/events``        a consumer over ``text/event-stream``
+- ``POST   /v1/threads/{id}/runs``          run a configured agent on the thread
+- ``DELETE /v1/threads/{id}/runs/{runId}``  cancel that run
+- ``POST   /v1/agents/{name}``              an AG-UI agent endpoint (for ``HttpAgent``)
+- ``GET    /healthz``, ``/readyz``, ``/metrics``, the demo pages
 
 Each is a mounted route (see :mod:`hub.server.transport`): a WebSocket route says which
-request targets it serves and handles the connection; an HTTP route answers the GETs it
-serves. The server itself only binds the port, admits handshakes, dispatches, and drains.
+request targets it serves and handles the connection; an HTTP route answers the requests it
+serves (plain HTTP is h11's, beside websockets on the same port: see hub.server.http11). The
+server itself only binds the port, admits requests, dispatches, and drains.
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from http import HTTPStatus
-from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
@@ -29,6 +34,7 @@ from hub.errors import BadHost, BadOrigin, BadPath
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config
 from hub.server.guard import Guard
+from hub.server.http11 import HttpConnection, HttpRequest, Stream, front_door
 from hub.server.hub import Hub
 from hub.server.receipts import ReceiptsService, receipt_store_for
 from hub.server.transport.agent import AgentEndpoint
@@ -43,6 +49,7 @@ from hub.server.transport.common import (
 )
 from hub.server.transport.consumer import ConsumerEndpoint
 from hub.server.transport.http import NodePages, ThreadView
+from hub.server.transport.runs import HttpApi
 from hub.server.upstream import Upstream
 from hub.store import open_store
 from hub.wire.codec import JSON, MSGPACK, MSGPACK_SUBPROTOCOL, Encoding
@@ -77,6 +84,7 @@ class HubServer:
         self.pages: list[HttpRoute] = [
             NodePages(hub, self.guard, self),
             ThreadView(hub, self.guard),
+            HttpApi(hub, self.guard, self.upstream),
         ]
 
     @classmethod
@@ -106,6 +114,7 @@ class HubServer:
             compression=None,
             close_timeout=self.config.drain_timeout,
             backlog=self.config.backlog,
+            create_connection=front_door(self._http_connection),
         )
         await self.receipts.start()
 
@@ -158,36 +167,82 @@ class HubServer:
                 return mounted
         raise BadPath("no such endpoint")
 
-    async def process_request(
-        self, connection: ServerConnection, request: Request
-    ) -> Response | None:
-        if CONTROL.search(request.path):
+    def _refusal(self, target: str, headers: Headers) -> Response | None:
+        """What every request is checked for first, WebSocket or not."""
+        if CONTROL.search(target):
             return json_response(HTTPStatus.NOT_FOUND, BadPath("no such path").as_value())
-        if self.guard.auth.is_open and not host_allowed(
-            request.headers.get("Host"), self.config.host
-        ):
+        if self.guard.auth.is_open and not host_allowed(headers.get("Host"), self.config.host):
             self.guard.refused(BadHost.code)
             refusal = BadHost("without a token key, only loopback hosts are served")
             return json_response(HTTPStatus.FORBIDDEN, refusal.as_value())
-        if request.headers.get("Upgrade", "").lower() == "websocket":
-            try:
-                self._socket_route(request.path)
-            except BadPath as exc:
-                return json_response(HTTPStatus.NOT_FOUND, exc.as_value())
-            if self.draining:
-                return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
-            if not self.guard.origin_allowed(request.headers):
-                denied = BadOrigin("origin not allowed")
-                return json_response(HTTPStatus.FORBIDDEN, denied.as_value())
-            return None
-        path = urlsplit(request.path).path
+        if not self.guard.origin_allowed(headers):
+            return json_response(HTTPStatus.FORBIDDEN, BadOrigin("origin not allowed").as_value())
+        return None
+
+    async def process_request(
+        self, connection: ServerConnection, request: Request
+    ) -> Response | None:
+        """A WebSocket handshake (anything else went to :meth:`http_request`)."""
+        refusal = self._refusal(request.path, request.headers)
+        if refusal is not None:
+            return refusal
+        try:
+            self._socket_route(request.path)
+        except BadPath as exc:
+            return json_response(HTTPStatus.NOT_FOUND, exc.as_value())
+        if self.draining:
+            return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
+        return None
+
+    def _http_connection(self) -> HttpConnection:
+        limits = self.config.limits
+        return HttpConnection(
+            self.http_request, max_body=limits.max_frame_bytes + limits.max_state_bytes
+        )
+
+    async def http_request(self, request: HttpRequest) -> Response | Stream:
+        """A plain HTTP request: checked as a handshake is, then the first route serving it."""
+        refusal = self._refusal(request.target, request.headers)
+        if refusal is not None:
+            return refusal
+        cors = self._cors(request.headers)
+        if request.method == "OPTIONS":
+            return _preflight(cors)
+        if self.draining and request.method != "GET":
+            return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
+        response: Response | Stream = not_found()
         for page in self.pages:
-            response = await page.respond(request, path)
-            if response is not None:
-                return response
-        return not_found()
+            answer = await page.respond(request)
+            if answer is not None:
+                response = answer
+                break
+        if cors:
+            if isinstance(response, Stream):
+                response.headers.extend(cors)
+            else:
+                response.headers.update(cors)
+        return response
+
+    def _cors(self, headers: Headers) -> list[tuple[str, str]]:
+        """CORS headers for a browser on another allowed origin (``--allow-origin``); none
+        for the hub's own pages and for clients that are not browsers."""
+        origin = headers.get("Origin")
+        host = headers.get("Host")
+        if origin is None or origin in (f"http://{host}", f"https://{host}"):
+            return []
+        return [("Access-Control-Allow-Origin", origin), ("Vary", "Origin")]
 
     async def handler(self, ws: ServerConnection) -> None:
         encoding: Encoding = MSGPACK if ws.subprotocol == MSGPACK_SUBPROTOCOL else JSON
         assert ws.request is not None
         await self._socket_route(ws.request.path).handle(ws, encoding)
+
+
+def _preflight(cors: list[tuple[str, str]]) -> Response:
+    """The answer to a CORS preflight: what a browser may send, for ten minutes."""
+    headers = Headers([("Content-Length", "0"), *cors])
+    if cors:
+        headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE"
+        headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, Last-Event-ID"
+        headers["Access-Control-Max-Age"] = "600"
+    return Response(HTTPStatus.NO_CONTENT.value, HTTPStatus.NO_CONTENT.phrase, headers, b"")

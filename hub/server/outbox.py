@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from websockets.exceptions import ConnectionClosed
@@ -105,6 +105,14 @@ class Outbox:
         self._closing: asyncio.Task[None] | None = None
         #: Write prebuilt frames to the transport (a websockets connection without extensions).
         self._direct = _supports_direct_writes(socket)
+        #: A socket that writes frames in a form of its own (an SSE stream) takes the frame,
+        #: and may want to know when a repair's frames were all sent.
+        self._send_frame: Callable[[Frame], Awaitable[None]] | None = getattr(
+            socket, "send_frame", None
+        )
+        self._repaired: Callable[[Frame], Awaitable[None]] | None = getattr(
+            socket, "repaired", None
+        )
 
     @property
     def queued_bytes(self) -> int:
@@ -186,7 +194,9 @@ class Outbox:
         # No per-frame timer (wait_for costs a task per send); the hub's watchdog calls
         # `check_slow` for every consumer instead.
         self.busy_since = asyncio.get_running_loop().time()
-        if self._direct:
+        if self._send_frame is not None:
+            await self._send_frame(frame)
+        elif self._direct:
             await self._write_frame(frame.wire(self.encoding))
         else:
             await self.socket.send(frame.data(self.encoding), text=self.encoding != MSGPACK)
@@ -277,6 +287,8 @@ class Outbox:
                         frames = self.repairer(self.view, cause)
                         for frame in frames:
                             await self._send(frame)
+                        if frames and self._repaired is not None:
+                            await self._repaired(frames[-1])
                     elif self._direct:
                         await self._send_batch()
                     else:

@@ -97,15 +97,18 @@ class Upstream:
 
     # -- starting and cancelling ----------------------------------------------------------------
 
-    async def start(self, channel: Channel, command: control.Run) -> dict[str, str]:
-        """Open a run on the thread and start calling the agent: ``{threadId, runId}``."""
+    async def start(
+        self, channel: Channel, command: control.Run, run_id: str | None = None
+    ) -> dict[str, str]:
+        """Open a run on the thread and start calling the agent: ``{threadId, runId}``. The
+        run's id is ``run_id`` when the caller chose one (``HttpAgent`` does), else new."""
         target = self.config.agents.get(command.agent)
         if target is None:
             raise UnknownAgent("no agent of that name is configured")
         thread_id = channel.thread.thread_id
         self.guard.check_write(thread_id)
         added = _input_messages(command)
-        run_id = str(uuid.uuid4())
+        run_id = run_id or str(uuid.uuid4())
         guard = self.guard
         built: dict[str, Any] = {}
 

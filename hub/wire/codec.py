@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgpack
@@ -136,7 +137,8 @@ class Frame:
         self.event = event
         self._json: bytes | None = None
         self._msgpack: bytes | None = None
-        self._wire: dict[Encoding, bytes] = {}
+        #: Whole frames by encoding (see :meth:`wire`), and other forms by name (:meth:`form`).
+        self._wire: dict[str, bytes] = {}
 
     def wire(self, encoding: Encoding) -> bytes:
         """The whole WebSocket frame a server sends (header and payload; server frames are
@@ -147,6 +149,13 @@ class Frame:
             frame = WsFrame(opcode, self.data(encoding)).serialize(mask=False, extensions=[])
             self._wire[encoding] = frame
         return frame
+
+    def form(self, name: str, build: Callable[[Frame], bytes]) -> bytes:
+        """Another form of the frame (an SSE message, say), built once by ``build``."""
+        data = self._wire.get(name)
+        if data is None:
+            data = self._wire[name] = build(self)
+        return data
 
     def data(self, encoding: Encoding) -> bytes:
         if encoding == MSGPACK:

@@ -92,3 +92,23 @@ class SSEParser:
             f"an event of the stream is larger than {self.max_event} bytes",
             limit=self.max_event,
         )
+
+
+# -- the server side ------------------------------------------------------------------------
+
+
+def message(data: bytes, event_id: str | None = None) -> bytes:
+    """One event: ``data`` must hold no line end (compact JSON never does)."""
+    if event_id is None:
+        return b"data: " + data + b"\n\n"
+    return b"id: " + event_id.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def last_id(event_id: str) -> bytes:
+    """An event with an id and no data: it moves the client's last event id and dispatches
+    nothing (WHATWG: the id is taken before an event without data is dropped)."""
+    return b"id: " + event_id.encode() + b"\n\n"
+
+
+def comment(text: str) -> bytes:
+    return b": " + text.encode() + b"\n\n"

@@ -132,7 +132,9 @@ async def test_tabs_and_carriage_returns_in_a_thread_id_are_404(
     strict: Node, target: bytes, upgrade: bool
 ) -> None:
     response = await raw_handshake(strict, target, upgrade=upgrade)
-    assert status_of(response) == 404, response
+    # Plain HTTP is h11's, which refuses a target holding a control character as a malformed
+    # request line before any route sees it; handshakes are websockets', and the hub's 404.
+    assert status_of(response) == (404 if upgrade else 400), response
 
 
 # --- origins --------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
-from websockets.http11 import Request, Response
+from websockets.http11 import Response
 
 from hub.auth import is_thread_id
 from hub.core.thread import Outcome
@@ -23,6 +23,7 @@ from hub.errors import BadPath, HubError, PeerError
 from hub.limits import TokenBucket
 from hub.server.channel import Channel
 from hub.server.guard import Admission, Guard
+from hub.server.http11 import HttpRequest, Stream
 from hub.server.hub import Hub
 from hub.wire import control
 from hub.wire.codec import Encoding, encode
@@ -50,11 +51,10 @@ class SocketRoute(Protocol):
 
 
 class HttpRoute(Protocol):
-    """HTTP GETs the server mounts."""
+    """Plain HTTP requests the server mounts (see hub.server.http11)."""
 
-    async def respond(self, request: Request, path: str) -> Response | None:
-        """The response to ``request`` (``path``: its path, without the query), or None if
-        this route does not serve ``path``."""
+    async def respond(self, request: HttpRequest) -> Response | Stream | None:
+        """The response to ``request``, or None if this route does not serve its path."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,16 @@ _HTTP_STATUS = {
     "too_many_connections": HTTPStatus.TOO_MANY_REQUESTS,
     "too_many_threads": HTTPStatus.TOO_MANY_REQUESTS,
     "unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
+    "not_found": HTTPStatus.NOT_FOUND,
+    "unknown_agent": HTTPStatus.NOT_FOUND,
+    "unknown_run": HTTPStatus.NOT_FOUND,
+    "run_in_progress": HTTPStatus.CONFLICT,
+    "conflict": HTTPStatus.CONFLICT,
+    "bad_origin": HTTPStatus.FORBIDDEN,
+    "bad_host": HTTPStatus.FORBIDDEN,
+    "method_not_allowed": HTTPStatus.METHOD_NOT_ALLOWED,
+    "unsupported_media_type": HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+    "frame_too_large": HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
 }
 
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Protocol
 
-from websockets.http11 import Request, Response
+from websockets.http11 import Response
 
 from hub.auth import ADMIN, is_thread_id
-from hub.errors import HubError, PeerError
+from hub.errors import HubError, MethodNotAllowed, PeerError
 from hub.server.guard import Guard
+from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
 from hub.server.static import serve_static
 from hub.server.transport.common import (
     CONSUMER_PATH,
     error_response,
     json_response,
-    query_of,
     redirect,
     text_response,
 )
@@ -45,7 +45,10 @@ class NodePages:
         self.guard = guard
         self.status = status
 
-    async def respond(self, request: Request, path: str) -> Response | None:
+    async def respond(self, request: HttpRequest) -> Response | None:
+        path = request.path
+        if request.method not in ("GET", "HEAD"):
+            return None
         if path == "/healthz":
             return text_response(HTTPStatus.OK, "ok\n")
         if path == "/demo":
@@ -62,10 +65,10 @@ class NodePages:
             return self._metrics(request)
         return None
 
-    def _metrics(self, request: Request) -> Response:
+    def _metrics(self, request: HttpRequest) -> Response:
         if not self.guard.auth.is_open:
             try:
-                self.guard.authenticate(request.headers, query_of(request.path)).require(ADMIN)
+                self.guard.authenticate(request.headers, request.query).require(ADMIN)
             except PeerError as exc:
                 return error_response(exc)
         hub = self.hub
@@ -83,15 +86,16 @@ class ThreadView:
         self.hub = hub
         self.guard = guard
 
-    async def respond(self, request: Request, path: str) -> Response | None:
-        match = CONSUMER_PATH.match(path)
+    async def respond(self, request: HttpRequest) -> Response | None:
+        match = CONSUMER_PATH.match(request.path)
         if not (match and is_thread_id(match.group(1))):
             return None
+        if request.method not in ("GET", "HEAD"):
+            return error_response(MethodNotAllowed("use GET here"))
         try:
             thread_id = match.group(1)
             scope = self.guard.scope_for("consumer", thread_id)
-            query = query_of(request.path)
-            admission = self.guard.admit(request.headers, query, thread_id, scope)
+            admission = self.guard.admit(request.headers, request.query, thread_id, scope)
         except PeerError as exc:
             return error_response(exc)
         try:

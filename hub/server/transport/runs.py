@@ -1,0 +1,240 @@
+"""AG-UI over HTTP: runs of the configured agents, the ``HttpAgent`` endpoint, SSE consumers.
+
+- ``POST   /v1/threads/{id}/runs``          start a run: ``{"agent", "messages", "tools",
+  "context", "forwardedProps"}`` -> ``202 {"threadId", "runId"}`` (scope ``write``); ``409
+  run_in_progress`` while one is open
+- ``DELETE /v1/threads/{id}/runs/{runId}``  cancel it: consumers get ``RUN_ERROR``
+  ``cancelled``
+- ``POST   /v1/agents/{name}``              an AG-UI agent endpoint for ``HttpAgent``: a
+  ``RunAgentInput`` in, this run's events out as ``text/event-stream``; every other consumer
+  of the thread sees the run live
+- ``GET    /v1/threads/{id}/events``        a consumer over ``text/event-stream``
+  (``Last-Event-ID`` or ``?since=&epoch=`` resumes; see hub.server.transport.streams)
+
+The runs themselves are :class:`~hub.server.upstream.Upstream`'s, the same as a WebSocket
+consumer's ``hub.run``: the thread's state is the truth (a caller's ``state`` never overwrites
+it), and the caller's messages the thread lacks (by id) are added to it.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from http import HTTPStatus
+from typing import Any
+
+from ag_ui.core import RunAgentInput
+from pydantic import ValidationError
+from websockets.http11 import Response
+
+from hub.auth import WRITE, is_thread_id
+from hub.errors import BadPath, HubError, MethodNotAllowed, PeerError, UnsupportedMediaType
+from hub.server.guard import Admission, Guard
+from hub.server.http11 import HttpRequest, Stream, Writer
+from hub.server.hub import Hub
+from hub.server.transport.common import THREAD_ID, error_response, json_response
+from hub.server.transport.streams import (
+    SSE_HEADERS,
+    RunSink,
+    outbox_for,
+    parse_last_event_id,
+    serve_events,
+    until_done,
+)
+from hub.server.upstream import Upstream
+from hub.wire import control
+from hub.wire.codec import decode
+
+RUNS_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/runs$")
+RUN_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/runs/([^/]{{1,256}})$")
+EVENTS_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/events$")
+AGENT_PATH = re.compile(r"^/v1/agents/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
+
+
+def _thread(match: re.Match[str] | None) -> str | None:
+    return match.group(1) if match and is_thread_id(match.group(1)) else None
+
+
+def _only(request: HttpRequest, *methods: str) -> None:
+    if request.method not in methods:
+        raise MethodNotAllowed(f"use {' or '.join(methods)} here")
+
+
+class HttpApi:
+    """The routes above (an :class:`~hub.server.transport.common.HttpRoute`)."""
+
+    def __init__(self, hub: Hub, guard: Guard, upstream: Upstream) -> None:
+        self.hub = hub
+        self.guard = guard
+        self.upstream = upstream
+
+    async def respond(self, request: HttpRequest) -> Response | Stream | None:
+        path = request.path
+        try:
+            if (thread_id := _thread(RUNS_PATH.match(path))) is not None:
+                _only(request, "POST")
+                return await self._start(request, thread_id)
+            match = RUN_PATH.match(path)
+            if (thread_id := _thread(match)) is not None and match is not None:
+                _only(request, "DELETE")
+                return await self._cancel(request, thread_id, match.group(2))
+            if (thread_id := _thread(EVENTS_PATH.match(path))) is not None:
+                _only(request, "GET")
+                return await self._events(request, thread_id)
+            if (agent := AGENT_PATH.match(path)) is not None:
+                _only(request, "POST")
+                return await self._agent(request, agent.group(1))
+        except HubError as exc:
+            return error_response(exc)
+        return None
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _admitted(
+        self, request: HttpRequest, thread_id: str, *, write: bool
+    ) -> AsyncIterator[Admission]:
+        """The caller, admitted to the thread for this request (and counted meanwhile)."""
+        scope = self.guard.scope_for("consumer", thread_id)
+        admission = self.guard.admit(request.headers, request.query, thread_id, scope)
+        try:
+            if write:
+                admission.principal.require(WRITE)
+                self.guard.check_write(thread_id)
+                self.guard.rate(self.guard.edit_bucket(), admission.principal.tenant)
+            yield admission
+        finally:
+            self.guard.leave(admission)
+
+    def _json(self, request: HttpRequest) -> dict[str, Any]:
+        kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise UnsupportedMediaType("send the body as application/json")
+        try:
+            text = request.body.decode()
+        except UnicodeDecodeError:
+            raise PeerError("the body is not UTF-8") from None
+        body = decode(text)
+        self.guard.check_frame(body)
+        return body
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    async def _start(self, request: HttpRequest, thread_id: str) -> Response:
+        async with self._admitted(request, thread_id, write=True) as admission:
+            command = control.parse_command({**self._json(request), "type": control.RUN})
+            assert isinstance(command, control.Run)
+            channel = await self.hub.channel(admission.key)
+            await self.hub.refresh(channel)
+            started = await self.upstream.start(channel, command)
+        return json_response(HTTPStatus.ACCEPTED, started)
+
+    async def _cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> Response:
+        async with self._admitted(request, thread_id, write=True) as admission:
+            channel = await self.hub.channel(admission.key)
+            await self.hub.refresh(channel)
+            await self.upstream.cancel(channel, run_id)
+        return json_response(
+            HTTPStatus.OK, {"threadId": thread_id, "runId": run_id, "cancelled": True}
+        )
+
+    # -- the HttpAgent endpoint -----------------------------------------------------------------
+
+    async def _agent(self, request: HttpRequest, name: str) -> Response | Stream:
+        body = self._json(request)
+        try:
+            given = RunAgentInput.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "input"
+            raise PeerError(f"invalid RunAgentInput: {where}: {first['msg']}") from None
+        if not is_thread_id(given.thread_id):
+            raise BadPath("threadId is not a valid thread id")
+        if name not in self.hub.config.agents:
+            raise BadPath(f"no agent named {name!r} is configured")
+        command = control.Run(
+            agent=name,
+            messages=body.get("messages", []),
+            tools=body.get("tools", []),
+            context=body.get("context", []),
+            forwarded_props=body.get("forwardedProps", {}),
+        )
+        run_id = given.run_id or str(uuid.uuid4())
+        hub = self.hub
+        # Admitted for as long as the stream lasts.
+        scope = self.guard.scope_for("consumer", given.thread_id)
+        admission = self.guard.admit(request.headers, request.query, given.thread_id, scope)
+        try:
+            admission.principal.require(WRITE)
+            self.guard.check_write(given.thread_id)
+            self.guard.rate(self.guard.edit_bucket(), admission.principal.tenant)
+            channel = await hub.channel(admission.key)
+            await hub.follow(channel)
+            await hub.refresh(channel)
+            # Listen first, so the run's RUN_STARTED (published by start) is not missed.
+            sink = RunSink(run_id)
+            outbox = outbox_for(hub, channel, sink, "r")
+            hub.attach(channel, outbox, channel.thread.seq, channel.thread.epoch)
+            outbox.start()
+            try:
+                started = await self.upstream.start(channel, command, run_id)
+            except BaseException:
+                hub.detach(channel, outbox)
+                await outbox.stop()
+                raise
+            assert started["runId"] == run_id
+        except BaseException:
+            self.guard.leave(admission)
+            raise
+
+        async def stream(writer: Writer) -> None:
+            try:
+                sink.bind(writer)
+                await until_done(sink, writer)
+            finally:
+                hub.detach(channel, outbox)
+                await outbox.stop()
+                self.guard.leave(admission)
+
+        return Stream(HTTPStatus.OK.value, list(SSE_HEADERS), stream)
+
+    # -- SSE consumers --------------------------------------------------------------------------
+
+    async def _events(self, request: HttpRequest, thread_id: str) -> Stream:
+        since, epoch = _resume_point(request)
+        scope = self.guard.scope_for("consumer", thread_id)
+        admission = self.guard.admit(request.headers, request.query, thread_id, scope)
+        try:
+            channel = await self.hub.channel(admission.key)
+            await self.hub.follow(channel)
+        except BaseException:
+            self.guard.leave(admission)
+            raise
+        hub, guard = self.hub, self.guard
+
+        async def stream(writer: Writer) -> None:
+            try:
+                await serve_events(hub, channel, writer, since, epoch)
+            finally:
+                guard.leave(admission)
+
+        return Stream(HTTPStatus.OK.value, list(SSE_HEADERS), stream)
+
+
+def _resume_point(request: HttpRequest) -> tuple[int | None, str | None]:
+    """Where an SSE consumer resumes: ``Last-Event-ID`` (what EventSource sends when it
+    reconnects), else ``?since=&epoch=``, else nowhere (a join)."""
+    last = request.headers.get("Last-Event-ID")
+    if last:
+        parsed = parse_last_event_id(last)
+        if parsed is None:
+            raise PeerError("Last-Event-ID must be {epoch}:{seq}, as the hub sent it")
+        return parsed[1], parsed[0]
+    since = request.query.get("since")
+    if since is None:
+        return None, None
+    if not re.fullmatch(r"\d{1,18}", since):
+        raise BadPath("'since' must be a non-negative integer")
+    return int(since), request.query.get("epoch")

@@ -1,0 +1,203 @@
+"""Consumers over plain HTTP: the fan-out written as ``text/event-stream``.
+
+An SSE consumer is a consumer like a WebSocket one: its own bounded
+:class:`~hub.server.outbox.Outbox` (so a slow stream is conflated, never waited for), the same
+welcome, join prefix, live events and repairs. Only the form of a frame differs: the socket
+here is an :class:`EventSink`, which writes each frame as an SSE message, built once per frame
+for every SSE consumer (:meth:`~hub.wire.codec.Frame.form`):
+
+- a live event: ``id: {epoch}:{seq}`` and ``data: {json}``, so a client that reconnects with
+  ``Last-Event-ID`` resumes where it was;
+- a repair's frames (``metadata.hub.sync``): ``data`` only, and once they were all sent, an
+  event with the id of the position they bring the client to and no data (it sets the
+  client's last event id and dispatches nothing), so a stream cut in the middle of a repair
+  does not resume from a position the client does not fully hold;
+- ``hub.heartbeat``: an SSE comment naming the position;
+- anything else (the welcome, ``hub.error``): ``data`` only.
+
+A :class:`RunSink` is the same stream cut to one run, from its ``RUN_STARTED`` to its end and
+without the hub's own ``CUSTOM`` frames: what ``HttpAgent`` expects from an agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import Any
+
+from hub.server.channel import Channel
+from hub.server.http11 import Writer
+from hub.server.hub import Hub
+from hub.server.outbox import Outbox
+from hub.wire import control, sse
+from hub.wire.codec import JSON, Frame
+
+#: Headers of every event stream the node answers (no proxy buffering, no caching).
+SSE_HEADERS = [
+    ("Content-Type", "text/event-stream; charset=utf-8"),
+    ("Cache-Control", "no-cache"),
+    ("X-Accel-Buffering", "no"),
+]
+#: Milliseconds an EventSource waits before it reconnects (a draining node, a cut stream).
+RETRY_MS = 1000
+
+_ids = itertools.count(1)
+
+
+def _position(event: dict[str, Any]) -> dict[str, Any] | None:
+    metadata = event.get("metadata")
+    hub = metadata.get("hub") if isinstance(metadata, dict) else None
+    return hub if isinstance(hub, dict) and "seq" in hub else None
+
+
+def _event_id(position: dict[str, Any]) -> str:
+    return f"{position['epoch']}:{position['seq']}"
+
+
+def _sse(frame: Frame) -> bytes:
+    event = frame.event
+    if event.get("type") == "CUSTOM" and event.get("name") == control.HEARTBEAT:
+        value = event["value"]
+        return sse.comment(f"heartbeat {value['epoch']}:{value['seq']}")
+    position = _position(event)
+    if position is None or position.get("sync"):
+        return sse.message(frame.data(JSON))
+    return sse.message(frame.data(JSON), _event_id(position))
+
+
+def sse_form(frame: Frame) -> bytes:
+    """The frame as one SSE message (see the module's docstring), built once."""
+    return frame.form("sse", _sse)
+
+
+def parse_last_event_id(value: str) -> tuple[str, int] | None:
+    """``{epoch}:{seq}`` -> (epoch, seq); None for anything else."""
+    epoch, _, seq = value.strip().rpartition(":")
+    if not epoch or not seq.isdigit() or len(seq) > 18:
+        return None
+    return epoch, int(seq)
+
+
+class EventSink:
+    """An :class:`Outbox`'s socket that writes frames to an event stream."""
+
+    def __init__(self, writer: Writer | None = None) -> None:
+        self._writer: asyncio.Future[Writer] = asyncio.get_running_loop().create_future()
+        if writer is not None:
+            self._writer.set_result(writer)
+        #: Set once the stream is over: closed by the hub, or the client went away.
+        self.done = asyncio.Event()
+
+    def bind(self, writer: Writer) -> None:
+        """The stream's writer, once the response started (frames wait for it until then)."""
+        if not self._writer.done():
+            self._writer.set_result(writer)
+
+    async def write(self, data: bytes) -> None:
+        writer = await self._writer
+        try:
+            await writer.write(data)
+        except ConnectionError:
+            self.done.set()
+            raise
+
+    async def send_frame(self, frame: Frame) -> None:
+        await self.write(sse_form(frame))
+
+    async def repaired(self, last: Frame) -> None:
+        position = _position(last.event)
+        if position is not None and position.get("sync"):  # a live frame had its own id
+            await self.write(sse.last_id(_event_id(position)))
+
+    async def send(self, message: str | bytes, *, text: bool | None = None) -> None:
+        await self.write(sse.message(message.encode() if isinstance(message, str) else message))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.done.set()
+
+
+class RunSink(EventSink):
+    """One run's events, as its caller gets them: from the run's ``RUN_STARTED`` to its
+    ``RUN_FINISHED`` or ``RUN_ERROR`` (then the stream is done), without the hub's ``CUSTOM``
+    frames. Anything else the thread gets meanwhile (a consumer's edit) is part of it."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.started = False
+
+    async def send_frame(self, frame: Frame) -> None:
+        event = frame.event
+        kind = event.get("type")
+        if self.done.is_set():
+            return
+        if not self.started:
+            if kind != "RUN_STARTED" or event.get("runId") != self.run_id:
+                return
+            self.started = True
+        if kind == "CUSTOM" and str(event.get("name", "")).startswith("hub."):
+            if event.get("name") == control.HEARTBEAT:
+                await self.write(sse_form(frame))  # a comment: keeps proxies from timing out
+            return
+        await self.write(sse_form(frame))
+        if kind in ("RUN_FINISHED", "RUN_ERROR"):
+            self.done.set()
+
+    async def repaired(self, last: Frame) -> None:
+        return None
+
+    async def send(self, message: str | bytes, *, text: bool | None = None) -> None:
+        return None  # hub replies are not the run's events
+
+
+def outbox_for(hub: Hub, channel: Channel, sink: EventSink, prefix: str) -> Outbox:
+    config = hub.config
+    return Outbox(
+        sink,
+        JSON,
+        lambda view, cause: hub.repair_frames(channel, view, cause, JSON),
+        hub.metrics,
+        limit=config.consumer_buffer,
+        slow_timeout=config.slow_timeout,
+        ident=f"{prefix}{next(_ids)}",
+    )
+
+
+async def until_done(sink: EventSink, writer: Writer) -> None:
+    """Until the hub closed the stream or the client went away."""
+    ended = asyncio.ensure_future(sink.done.wait())
+    gone = asyncio.ensure_future(writer.wait_closed())
+    try:
+        await asyncio.wait([ended, gone], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (ended, gone):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def serve_events(
+    hub: Hub,
+    channel: Channel,
+    writer: Writer,
+    since: int | None,
+    epoch: str | None,
+) -> None:
+    """One SSE consumer of ``channel``, from its welcome until the stream is over."""
+    sink = EventSink(writer)
+    outbox = outbox_for(hub, channel, sink, "s")
+    thread = channel.thread
+    position = (thread.thread_id, thread.seq, thread.epoch, hub.config.node)
+    await sink.write(f"retry: {RETRY_MS}\n\n".encode())
+    # As for WebSocket consumers: decide and subscribe synchronously, then welcome, then feed.
+    cause = hub.attach(channel, outbox, since, epoch)
+    try:
+        await sink.send_frame(Frame(control.welcome(*position, resumed=cause is None)))
+        outbox.start()
+        await until_done(sink, writer)
+    except ConnectionError:
+        pass
+    finally:
+        hub.detach(channel, outbox)
+        await outbox.stop()

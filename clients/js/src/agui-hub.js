@@ -7,7 +7,8 @@
 // Its only dependencies are vendored next to it (../vendor/): fast-json-patch and, loaded on
 // first use by a msgpack client, @msgpack/msgpack. See ../README.md.
 
-export { HubClient, CLOSE_RECONNECT, TOKEN_PARAM } from "./client.js";
+export { HubClient, CLOSE_RECONNECT, TOKEN_PARAM, TRANSPORTS } from "./client.js";
+export { EventStream, eventsUrl, httpUrl } from "./sse.js";
 export { threadUrl, THREAD_ID } from "./url.js";
 export { Emitter } from "./emitter.js";
 export { Mirror, LocalFailure, hubControl, positionOf, STREAMING, GAP, PATCH_FAILED } from "./mirror.js";
@@ -26,4 +27,5 @@ export {
 export { backoffDelay, backoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
 export { decodeFrame, encodeFrame, loadMsgpack, FrameError, MSGPACK_SUBPROTOCOL } from "./codec.js";
 export { testOps } from "./edits.js";
-export { HubRunError } from "./runs.js";
+export { HubRunError, runCommand } from "./runs.js";
+export { HttpRuns } from "./http-runs.js";

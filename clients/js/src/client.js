@@ -3,14 +3,20 @@
 // The bookkeeping (positions, gaps, failed patches, snapshots, messages) is the sans-I/O Mirror;
 // this module adds the socket, reconnection with `since` (backoff with jitter), edits
 // (hub.publish), acks for the hub's lag metrics, and events for the UI.
+//
+// With `transport: "sse"` the frames come over the thread's event stream instead (sse.js: an
+// EventSource, which resumes by itself with Last-Event-ID), runs go over HTTP (http-runs.js),
+// and a copy that needs repairing reconnects for a fresh join, since it cannot ask hub.resync.
 
 import { backoffDelay, backoffOptions } from "./backoff.js";
 import { checkEncoding, decodeFrame, encodeFrame, loadMsgpack, MSGPACK_SUBPROTOCOL } from "./codec.js";
 import { Edits, testOps } from "./edits.js";
 import { hubControl, MESSAGE_EVENTS, Mirror, positionOf, STATE_EVENTS } from "./mirror.js";
 import { Emitter } from "./emitter.js";
+import { HttpRuns } from "./http-runs.js";
 import { checkPatch } from "./patch.js";
 import { Runs } from "./runs.js";
+import { EventStream, eventsUrl, httpUrl } from "./sse.js";
 import { threadUrl } from "./url.js";
 
 /** hub.error codes, sent instead of a welcome, after which trying again later may work. */
@@ -20,6 +26,8 @@ export const TOKEN_PARAM = "access_token";
 /** Close code this client uses when it drops a connection on purpose to reconnect. */
 export const CLOSE_RECONNECT = 4000;
 const OPEN = 1; // WebSocket.OPEN, the same in browsers and in the ws package
+/** How frames reach this client: a WebSocket, or the thread's event stream (SSE). */
+export const TRANSPORTS = new Set(["websocket", "sse"]);
 const MAX_KEPT_ERRORS = 100;
 
 export class HubClient extends Emitter {
@@ -31,6 +39,9 @@ export class HubClient extends Emitter {
    *   connection (browsers cannot set headers on a WebSocket); a function is called each time
    * @param {'json'|'msgpack'} [options.encoding]
    * @param {Function} [options.WebSocket] a WebSocket constructor (in Node: the `ws` package)
+   * @param {'websocket'|'sse'} [options.transport] `sse`: the thread's event stream (read-only)
+   * @param {Function} [options.EventSource] an EventSource constructor (sse; default the global)
+   * @param {Function} [options.fetch] the Fetch API (sse: runs over HTTP; default the global)
    * @param {object} [options.backoff] `{initial, max, factor, jitter}` (ms) for reconnects
    */
   constructor(options = {}) {
@@ -40,17 +51,35 @@ export class HubClient extends Emitter {
     this.thread = thread;
     this.token = options.token ?? null;
     this.encoding = checkEncoding(options.encoding ?? "json");
-    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
-    if (typeof this.WebSocket !== "function") {
-      throw new TypeError("no WebSocket here: pass options.WebSocket (in Node, the ws package)");
+    this.transport = options.transport ?? "websocket";
+    if (!TRANSPORTS.has(this.transport)) {
+      throw new TypeError(`transport must be "websocket" or "sse", not ${JSON.stringify(this.transport)}`);
+    }
+    const sse = this.transport === "sse";
+    if (sse) {
+      if (this.encoding !== "json") throw new TypeError("an event stream carries JSON only: encoding must be json");
+      this.EventSource = options.EventSource ?? globalThis.EventSource;
+      if (typeof this.EventSource !== "function") {
+        throw new TypeError("no EventSource here: pass options.EventSource");
+      }
+      const fetch = options.fetch ?? globalThis.fetch?.bind(globalThis);
+      this._fetch = fetch ?? (() => Promise.reject(new TypeError("no fetch here: pass options.fetch")));
+    } else {
+      this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
+      if (typeof this.WebSocket !== "function") {
+        throw new TypeError("no WebSocket here: pass options.WebSocket (in Node, the ws package)");
+      }
     }
     this.backoff = backoffOptions(options.backoff);
     /** Give up after this many failed connection attempts in a row. */
     this.maxRetries = options.maxRetries ?? Infinity;
     /** ms to wait for hub.welcome after connecting. */
     this.openTimeout = options.openTimeout ?? 10_000;
-    /** ms of silence after which the connection is presumed dead (the hub's heartbeat is 15 s). */
-    this.idleTimeout = options.idleTimeout ?? 45_000;
+    /**
+     * ms of silence after which the connection is presumed dead (the hub's heartbeat is 15 s).
+     * Not over SSE: heartbeats are comments there, which EventSource does not pass on.
+     */
+    this.idleTimeout = options.idleTimeout ?? (sse ? Infinity : 45_000);
     /** ms between hub.ack reports of the position (0: never; the hub's lag metric uses them). */
     this.ackInterval = options.ackInterval ?? 1_000;
     this._msgpack = options.msgpack ?? null;
@@ -65,14 +94,22 @@ export class HubClient extends Emitter {
       idle: () => this._runs.pump(),
       turn: () => ++this._turns,
     });
-    this._runs = new Runs({
-      send: (command) => this._send(command),
-      emit: (name, value) => this._emit(name, value),
-      timeout: options.runTimeout ?? 10_000,
-      busy: (turn) => this._edits.inflight !== null || this._edits.nextTurn < turn,
-      idle: () => this._edits.pump(),
-      turn: () => ++this._turns,
-    });
+    this._runs = sse
+      ? new HttpRuns({
+          url: httpUrl(this.url).href,
+          fetch: this._fetch,
+          token: () => (typeof this.token === "function" ? this.token() : this.token),
+          emit: (name, value) => this._emit(name, value),
+          timeout: options.runTimeout ?? 10_000,
+        })
+      : new Runs({
+          send: (command) => this._send(command),
+          emit: (name, value) => this._emit(name, value),
+          timeout: options.runTimeout ?? 10_000,
+          busy: (turn) => this._edits.inflight !== null || this._edits.nextTurn < turn,
+          idle: () => this._edits.pump(),
+          turn: () => ++this._turns,
+        });
 
     /** 'connecting' | 'open' | 'closed' */
     this.status = "closed";
@@ -107,6 +144,8 @@ export class HubClient extends Emitter {
     this._lastFrame = 0;
     this._reported = { seq: this.mirror.seq, lag: 0 };
     this._joinCause = "join";
+    /** SSE: why this client dropped its stream for a fresh join (it cannot ask hub.resync). */
+    this._rejoinFor = null;
     this._conflictPending = false;
     this._overlay = { key: null, value: null };
     this._stateVersion = 0;
@@ -168,7 +207,10 @@ export class HubClient extends Emitter {
     return this._overlay.value;
   }
 
-  /** The WebSocket of the current connection, if any. */
+  /**
+   * The WebSocket of the current connection, if any; with `transport: "sse"`, the EventStream
+   * (sse.js) whose `source` is the EventSource.
+   */
   get socket() {
     return this._ws;
   }
@@ -261,7 +303,7 @@ export class HubClient extends Emitter {
     try {
       if (this.encoding === "msgpack") this._msgpack ??= await loadMsgpack();
       const [since, epoch] = this.mirror.resumePosition();
-      url = new URL(this.url);
+      url = this.transport === "sse" ? eventsUrl(this.url) : new URL(this.url);
       if (since !== null) {
         url.searchParams.set("since", String(since));
         url.searchParams.set("epoch", epoch);
@@ -269,7 +311,8 @@ export class HubClient extends Emitter {
       if (token) url.searchParams.set(TOKEN_PARAM, token);
       if (this._closing) return;
       const protocols = this.encoding === "msgpack" ? [MSGPACK_SUBPROTOCOL] : undefined;
-      ws = protocols ? new this.WebSocket(url.href, protocols) : new this.WebSocket(url.href);
+      if (this.transport === "sse") ws = new EventStream(url.href, this.EventSource);
+      else ws = protocols ? new this.WebSocket(url.href, protocols) : new this.WebSocket(url.href);
       ws.binaryType = "arraybuffer";
       this._askedSince = since !== null;
       this._heldEpoch = this.mirror.epoch;
@@ -296,9 +339,53 @@ export class HubClient extends Emitter {
     ws.onclose = (event) => {
       if (ws === this._ws) this._onClose(event);
     };
+    ws.onreconnecting = (wasOpen) => {
+      if (ws === this._ws) this._onStreamLost(ws, wasOpen);
+    };
+    this._watchOpen(ws);
+  }
+
+  /** No welcome within openTimeout: drop this connection and try again. */
+  _watchOpen(ws) {
     this._timer("open", this.openTimeout, () => {
       if (ws === this._ws && !this._welcomed) ws.close(CLOSE_RECONNECT, "no welcome");
     });
+  }
+
+  /**
+   * SSE: the stream ended or broke and the EventSource reconnects by itself, with Last-Event-ID,
+   * the position of the last event it took. That resumes this copy only if the copy is whole
+   * and at that position: not while it waits for a snapshot or holds half a repair (the source
+   * may then hold an older id); then it is dropped, and a new stream opened for a fresh join.
+   */
+  _onStreamLost(ws, wasOpen) {
+    if (!this._welcomed) {
+      // An attempt failed; the source tries again. Give up after maxRetries in a row.
+      if (this._attempt++ >= this.maxRetries) ws.close(CLOSE_RECONNECT, "no connection");
+      return;
+    }
+    this._welcomed = false;
+    this._clear("idle");
+    this._clear("ack");
+    this.closeCodes.push(1006);
+    this._edits.disconnected();
+    if (this.mirror.awaiting !== null || this.mirror.partial) {
+      ws.close(CLOSE_RECONNECT, "rejoining");
+      return;
+    }
+    this._askedSince = this.mirror.resumePosition()[0] !== null;
+    this._heldEpoch = this.mirror.epoch;
+    this._setStatus("closed", { code: 1006, reason: "stream lost", willReconnect: true, retryIn: null, wasOpen });
+    this._setStatus("connecting");
+    this._watchOpen(ws);
+  }
+
+  /** SSE: a copy that needs repairing rejoins from scratch (an event stream cannot send). */
+  _rejoin(reason) {
+    const ws = this._ws;
+    if (ws === null || this._closing) return;
+    this._rejoinFor = reason;
+    ws.close(CLOSE_RECONNECT, `rejoining (${reason})`);
   }
 
   _onClose(event) {
@@ -391,6 +478,13 @@ export class HubClient extends Emitter {
       this._onHandshake(ws, frame);
       return;
     }
+    if (this.transport === "sse" && hubControl(frame)?.[0] === "hub.welcome") {
+      // A new connection of the EventSource that said nothing of losing the last one.
+      this._onStreamLost(ws, true);
+      if (!this._welcomed && ws === this._ws && ws.readyState !== 3) this._onHandshake(ws, frame);
+      this._wake();
+      return;
+    }
     try {
       this._onFrame(frame);
     } catch (err) {
@@ -434,8 +528,9 @@ export class HubClient extends Emitter {
     if (this._askedSince && value.resumed === false) {
       this._joinCause = value.epoch !== this._heldEpoch ? "epoch_changed" : "resume_too_old";
     } else {
-      this._joinCause = "join";
+      this._joinCause = this._rejoinFor ?? "join";
     }
+    this._rejoinFor = null;
     this.mirror.connected(resumed);
     this.mirror.receive(frame);
     this.welcome = value;
@@ -547,6 +642,11 @@ export class HubClient extends Emitter {
 
   /** Send one command now; false if there is no open connection. */
   _send(command) {
+    if (this.transport === "sse") {
+      // Nothing goes up an event stream: a repair is a fresh join; acks are not sent.
+      if (command.type === "hub.resync") this._rejoin(command.reason);
+      return false;
+    }
     const ws = this._ws;
     if (ws === null || ws.readyState !== OPEN || !this._welcomed) return false;
     ws.send(encodeFrame(command, this.encoding, this._msgpack));
@@ -567,6 +667,7 @@ export class HubClient extends Emitter {
    * came (timeout, disconnect, close).
    */
   publish(ops, { test = false, base, metadata, timeout } = {}) {
+    this._needSocket("publish");
     checkPatch(ops); // a malformed edit is the caller's bug: throw now
     // Made against what the caller sees: the state with the edits still pending on top (they
     // are applied first, in order; if one of them is refused, this one's premise is gone too).
@@ -581,6 +682,7 @@ export class HubClient extends Emitter {
    * position now) is still the thread's position; otherwise a `conflict`.
    */
   replaceState(snapshot, { base, metadata, timeout } = {}) {
+    this._needSocket("replaceState");
     const event = { type: "STATE_SNAPSHOT", snapshot };
     if (metadata) event.metadata = metadata;
     return this._edits.submit(event, base ?? this.seq, timeout);
@@ -607,6 +709,12 @@ export class HubClient extends Emitter {
    */
   cancel(runId, options = {}) {
     return this._runs.cancel(runId, options);
+  }
+
+  _needSocket(what) {
+    if (this.transport === "sse") {
+      throw new Error(`${what}() needs the WebSocket transport: an event stream consumer cannot send edits`);
+    }
   }
 
   /** Tell the hub this client has processed up to `seq` (default: the current position). */

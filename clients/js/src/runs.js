@@ -26,6 +26,22 @@ export class HubRunError extends Error {
   }
 }
 
+/** The hub.run command for `run(agent, messages, options)`; arguments of the wrong type throw. */
+export function runCommand(agent, messages = [], { tools = [], context = [], forwardedProps = {} } = {}) {
+  if (typeof agent !== "string" || agent === "") throw new TypeError("run() needs an agent name");
+  for (const [name, value] of [
+    ["messages", messages],
+    ["tools", tools],
+    ["context", context],
+  ]) {
+    if (!Array.isArray(value)) throw new TypeError(`run() ${name} must be an array`);
+  }
+  if (forwardedProps === null || typeof forwardedProps !== "object" || Array.isArray(forwardedProps)) {
+    throw new TypeError("run() forwardedProps must be an object");
+  }
+  return { type: "hub.run", agent, messages, tools, context, forwardedProps };
+}
+
 export class Runs {
   /**
    * `send(command)` sends now (false when not connected); `emit(name, value)` reports to the
@@ -53,20 +69,8 @@ export class Runs {
   }
 
   /** hub.run: resolves with `{threadId, runId}`; rejects with a HubRunError. */
-  run(agent, messages = [], { tools = [], context = [], forwardedProps = {}, timeout } = {}) {
-    if (typeof agent !== "string" || agent === "") throw new TypeError("run() needs an agent name");
-    for (const [name, value] of [
-      ["messages", messages],
-      ["tools", tools],
-      ["context", context],
-    ]) {
-      if (!Array.isArray(value)) throw new TypeError(`run() ${name} must be an array`);
-    }
-    if (forwardedProps === null || typeof forwardedProps !== "object" || Array.isArray(forwardedProps)) {
-      throw new TypeError("run() forwardedProps must be an object");
-    }
-    const command = { type: "hub.run", agent, messages, tools, context, forwardedProps };
-    return this._submit({ kind: "run", command, timeout });
+  run(agent, messages = [], options = {}) {
+    return this._submit({ kind: "run", command: runCommand(agent, messages, options), timeout: options.timeout });
   }
 
   /**

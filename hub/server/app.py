@@ -30,7 +30,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import bind_allowed, host_allowed
-from hub.errors import BadHost, BadOrigin, BadPath
+from hub.errors import BadHost, BadOrigin, BadPath, LimitExceeded
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config
 from hub.server.guard import Guard
@@ -43,6 +43,7 @@ from hub.server.transport.common import (
     CONTROL,
     HttpRoute,
     SocketRoute,
+    error_response,
     json_response,
     not_found,
     text_response,
@@ -94,7 +95,12 @@ class HubServer:
         await hub.start()
         return cls(hub, await receipt_store_for(config.store))
 
-    async def start(self) -> None:
+    async def start(self, *, listen: bool = True) -> None:
+        """Start the node's services and, with ``listen``, bind its port (an ASGI app
+        mounted elsewhere does not: see hub.server.asgi)."""
+        if not listen:
+            await self.receipts.start()
+            return
         bind_allowed(self.config.host, not self.guard.auth.is_open, self.config.insecure)
         if self.guard.auth.is_open:
             log.warning(
@@ -160,7 +166,7 @@ class HubServer:
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    def _socket_route(self, target: str) -> SocketRoute:
+    def socket_route(self, target: str) -> SocketRoute:
         """The mounted WebSocket route serving ``target``; :class:`BadPath` if none does."""
         for mounted in self.sockets:
             if mounted.accepts(target):
@@ -183,22 +189,33 @@ class HubServer:
         self, connection: ServerConnection, request: Request
     ) -> Response | None:
         """A WebSocket handshake (anything else went to :meth:`http_request`)."""
+        return self.handshake_refusal(request)
+
+    def handshake_refusal(self, request: Request) -> Response | None:
+        """Why a WebSocket handshake is refused, or None to accept it."""
         refusal = self._refusal(request.path, request.headers)
         if refusal is not None:
             return refusal
         try:
-            self._socket_route(request.path)
+            self.socket_route(request.path)
         except BadPath as exc:
             return json_response(HTTPStatus.NOT_FOUND, exc.as_value())
         if self.draining:
             return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
         return None
 
-    def _http_connection(self) -> HttpConnection:
+    @property
+    def max_body(self) -> int:
+        """Bytes a request body may hold: a ``RunAgentInput`` carries a whole state."""
         limits = self.config.limits
-        return HttpConnection(
-            self.http_request, max_body=limits.max_frame_bytes + limits.max_state_bytes
-        )
+        return limits.max_frame_bytes + limits.max_state_bytes
+
+    def too_large(self) -> Response:
+        refusal = LimitExceeded("frame_too_large", f"the body is over {self.max_body} bytes")
+        return error_response(refusal)
+
+    def _http_connection(self) -> HttpConnection:
+        return HttpConnection(self.http_request, max_body=self.max_body)
 
     async def http_request(self, request: HttpRequest) -> Response | Stream:
         """A plain HTTP request: checked as a handshake is, then the first route serving it."""
@@ -235,7 +252,7 @@ class HubServer:
     async def handler(self, ws: ServerConnection) -> None:
         encoding: Encoding = MSGPACK if ws.subprotocol == MSGPACK_SUBPROTOCOL else JSON
         assert ws.request is not None
-        await self._socket_route(ws.request.path).handle(ws, encoding)
+        await self.socket_route(ws.request.path).handle(ws, encoding)
 
 
 def _preflight(cors: list[tuple[str, str]]) -> Response:

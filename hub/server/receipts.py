@@ -38,7 +38,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from hub.auth import RECEIPTS_READ, RECEIPTS_WRITE, Principal, tenant_key
@@ -57,7 +56,7 @@ from hub.receipts.store import (
 from hub.receipts.tail import open_tail
 from hub.server.guard import Guard
 from hub.server.hub import Hub
-from hub.server.transport.common import query_of, refuse
+from hub.server.transport.common import WebSocket, query_of, refuse
 from hub.wire import control
 from hub.wire.codec import Encoding, decode, encode
 
@@ -201,7 +200,7 @@ class ReceiptsService:
     def accepts(self, target: str) -> bool:
         return urlsplit(target).path == RECEIPTS_PATH
 
-    async def handle(self, ws: ServerConnection, encoding: Encoding) -> None:
+    async def handle(self, ws: WebSocket, encoding: Encoding) -> None:
         """One ``/v1/receipts`` connection."""
         assert ws.request is not None
         query = query_of(ws.request.path)

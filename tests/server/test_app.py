@@ -19,13 +19,13 @@ def server() -> HubServer:
 
 async def test_each_handshake_goes_to_the_route_that_serves_its_path() -> None:
     node = server()
-    assert node._socket_route("/v1/receipts?access_token=x") is node.receipts
-    assert isinstance(node._socket_route("/v1/threads/a?since=3"), ConsumerEndpoint)
-    assert isinstance(node._socket_route("/v1/threads/a/agent"), AgentEndpoint)
+    assert node.socket_route("/v1/receipts?access_token=x") is node.receipts
+    assert isinstance(node.socket_route("/v1/threads/a?since=3"), ConsumerEndpoint)
+    assert isinstance(node.socket_route("/v1/threads/a/agent"), AgentEndpoint)
     with pytest.raises(BadPath, match="no such endpoint"):
-        node._socket_route("/v1/threads/a/b")
+        node.socket_route("/v1/threads/a/b")
     with pytest.raises(BadPath, match="'since' must be a non-negative integer"):
-        node._socket_route("/v1/threads/a?since=x")
+        node.socket_route("/v1/threads/a?since=x")
 
 
 async def test_the_receipts_mount_makes_the_board_read_only_and_receipts_read_to_watch() -> None:

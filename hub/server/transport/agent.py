@@ -14,7 +14,6 @@ import logging
 from collections import deque
 from typing import Any
 
-from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from hub.core.thread import Event, Outcome, Thread
@@ -24,7 +23,7 @@ from hub.server.channel import Channel
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Hub
 from hub.server.node import Change
-from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, done
+from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, WebSocket, done
 from hub.store.base import seq_of
 from hub.wire import control
 from hub.wire.codec import Encoding, decode, encode
@@ -172,7 +171,7 @@ class AgentEndpoint(ThreadEndpoint):
         return sessions.export_session(channel.thread, stored)
 
     async def _answer_loop(
-        self, ws: ServerConnection, channel: Channel, state: _ProducerState, encoding: Encoding
+        self, ws: WebSocket, channel: Channel, state: _ProducerState, encoding: Encoding
     ) -> None:
         """Answer an agent's frames in order: an error (with the frame's index) as soon as the
         frame is settled, an acknowledgement every ``ack_interval`` for the frames whose events

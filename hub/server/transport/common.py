@@ -6,16 +6,17 @@ import asyncio
 import contextlib
 import json
 import re
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import CloseCode
-from websockets.http11 import Response
+from websockets.frames import Close, CloseCode
+from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from hub.auth import is_thread_id
 from hub.core.thread import Outcome
@@ -39,6 +40,35 @@ FIRST_PONG_TIMEOUT = 2.0
 CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
+class _Closing(Protocol):
+    @property
+    def close_sent(self) -> Close | None: ...
+
+
+class WebSocket(Protocol):
+    """What the endpoints use of a WebSocket connection: a websockets ``WebSocket``
+    (``agui-hub serve``), or the ASGI adapter's (hub.server.asgi)."""
+
+    @property
+    def request(self) -> Request | None: ...
+
+    @property
+    def subprotocol(self) -> Subprotocol | None: ...
+
+    @property
+    def protocol(self) -> _Closing: ...
+
+    async def send(self, message: str | bytes, *, text: bool | None = None) -> None: ...
+
+    async def recv(self) -> str | bytes: ...
+
+    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+
+    async def ping(self) -> Awaitable[float]: ...
+
+    def __aiter__(self) -> AsyncIterator[str | bytes]: ...
+
+
 class SocketRoute(Protocol):
     """A WebSocket endpoint the server mounts."""
 
@@ -46,7 +76,7 @@ class SocketRoute(Protocol):
         """This endpoint serves the request target (path and query). Raises
         :class:`BadPath` for one of its paths with a query it refuses."""
 
-    async def handle(self, ws: ServerConnection, encoding: Encoding) -> None:
+    async def handle(self, ws: WebSocket, encoding: Encoding) -> None:
         """One connection, from the end of the handshake to its close."""
 
 
@@ -161,14 +191,14 @@ def not_found() -> Response:
 # -- connections ----------------------------------------------------------------------------
 
 
-async def refuse(ws: ServerConnection, exc: HubError, encoding: Encoding) -> None:
+async def refuse(ws: WebSocket, exc: HubError, encoding: Encoding) -> None:
     """Tell the peer why (``hub.error``), and close with the error's close code."""
     with contextlib.suppress(ConnectionClosed):
         await ws.send(encode(control.error(exc), encoding))
         await ws.close(exc.close_code, exc.code)
 
 
-async def client_reading(ws: ServerConnection) -> None:
+async def client_reading(ws: WebSocket) -> None:
     """Wait (bounded) for the answer to a first ping before the hub's first frame.
 
     A frame that reaches a client in the same read as the handshake response is delivered by
@@ -192,7 +222,7 @@ def done(outcome: Outcome) -> asyncio.Future[Outcome]:
 class Connection:
     """A connection admitted to a thread endpoint."""
 
-    ws: ServerConnection
+    ws: WebSocket
     channel: Channel
     admission: Admission
     target: Route
@@ -230,7 +260,7 @@ class ThreadEndpoint:
         """The admitted connection, until it closes."""
         raise NotImplementedError
 
-    async def handle(self, ws: ServerConnection, encoding: Encoding) -> None:
+    async def handle(self, ws: WebSocket, encoding: Encoding) -> None:
         assert ws.request is not None
         target = route(ws.request.path)
         admission: Admission | None = None

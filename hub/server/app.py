@@ -98,6 +98,7 @@ class HubServer:
     async def start(self, *, listen: bool = True) -> None:
         """Start the node's services and, with ``listen``, bind its port (an ASGI app
         mounted elsewhere does not: see hub.server.asgi)."""
+        self.upstream.start_watch()
         if not listen:
             await self.receipts.start()
             return

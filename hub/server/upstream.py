@@ -21,7 +21,12 @@ Every AG-UI framework serves an agent as ``POST`` of a ``RunAgentInput`` answere
    Only this run is ended: if it is over already, nothing is published.
 
 The node that started a run is the one that calls the agent; the others see the events
-through the store like any other.
+through the store like any other. It holds a lease on the run in the store (``lease_run``),
+renewed every ``LEASE_RENEW`` seconds while the run lasts. Every node checks, each second, the
+open runs of the threads it has loaded that it does not run itself: one whose lease lapsed
+(its node died, or lost the store, for ``LEASE_TTL`` seconds) is ended with ``RUN_ERROR``
+``agent_disconnected``, so it never hangs open. A run without a lease (an agent connection's,
+which the agent may continue from any node) is never ended this way.
 """
 
 from __future__ import annotations
@@ -61,6 +66,11 @@ log = logging.getLogger("agui_hub.upstream")
 MAX_IN_FLIGHT = 256
 #: Seconds a cancel (or a draining node) waits for a run to close its request and end.
 STOP_TIMEOUT = 5.0
+#: Seconds a run's lease lasts unless renewed, how often its node renews it, and how often
+#: every node looks for lapsed ones.
+LEASE_TTL = 5.0
+LEASE_RENEW = 1.5
+LEASE_CHECK = 1.0
 
 
 class Upstream:
@@ -73,6 +83,12 @@ class Upstream:
         self.runs: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._client: httpx.AsyncClient | None = None
         self._closing = False
+        self._watch: asyncio.Task[None] | None = None
+
+    def start_watch(self) -> None:
+        """Start ending the runs whose node went away (see the module's docstring)."""
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._watch_leases(), name="upstream-leases")
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -87,6 +103,8 @@ class Upstream:
     async def close(self) -> None:
         """The node is going away: end its runs (``agent_disconnected``), close the client."""
         self._closing = True
+        if self._watch is not None:
+            self._watch.cancel()
         tasks = list(self.runs.values())
         for task in tasks:
             task.cancel()
@@ -143,8 +161,14 @@ class Upstream:
                     built["parentRunId"] = started["parentRunId"]
             return outcome
 
+        store = self.hub.store
+        if channel.thread.run is not None:  # before leasing: another run's lease stays its own
+            raise RunInProgress("the thread has a run open; one at a time")
+        # Leased before the run opens: no node may see it open without a lease.
+        await store.lease_run(channel.key, run_id, LEASE_TTL)
         outcome = await asyncio.shield(self.hub.submit(channel, open_run))
         if outcome.error is not None:
+            await store.release_run(channel.key, run_id)
             raise outcome.error
         channel.producers += 1  # keeps the thread loaded while the run lasts
         task = asyncio.create_task(self._run(channel, target, run_id, dict(built)))
@@ -172,6 +196,7 @@ class Upstream:
 
     async def _run(self, channel: Channel, target: AgentTarget, run_id: str, body: Any) -> None:
         code, message = "agent_error", "the agent's run failed"
+        renewing = asyncio.create_task(self._renew(channel.key, run_id))
         try:
             code, message = await self._call(channel, target, run_id, body)
         except asyncio.CancelledError:
@@ -182,12 +207,48 @@ class Upstream:
         except Exception:
             log.exception("the run %s of agent %s failed", run_id, target.name)
         finally:
+            renewing.cancel()
             self.runs.pop((channel.key, run_id), None)
             channel.producers -= 1
         try:
             await asyncio.shield(self.hub.submit(channel, _ending(run_id, message, code)))
+            await self.hub.store.release_run(channel.key, run_id)
         except Exception:
             log.exception("ending the run %s failed", run_id)
+
+    # -- leases ---------------------------------------------------------------------------------
+
+    async def _renew(self, key: str, run_id: str) -> None:
+        while True:
+            await asyncio.sleep(LEASE_RENEW)
+            try:
+                await self.hub.store.lease_run(key, run_id, LEASE_TTL)
+            except Exception as exc:  # the store is away: renewed when it is back
+                log.warning("renewing the lease of run %s failed: %s", run_id, exc)
+
+    async def _watch_leases(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_CHECK)
+            for channel in list(self.hub.channels.values()):
+                run_id = channel.thread.run_id
+                if run_id is None or (channel.key, run_id) in self.runs:
+                    continue
+                try:
+                    await self._end_if_lapsed(channel, run_id)
+                except Exception as exc:  # the store is away: look again later
+                    log.warning("checking the lease of run %s failed: %s", run_id, exc)
+
+    async def _end_if_lapsed(self, channel: Channel, run_id: str) -> None:
+        store = self.hub.store
+        lease = await store.run_lease(channel.key)
+        if lease is None or lease != (run_id, False):
+            return
+        log.warning("run %s: its node stopped renewing the lease; ending it", run_id)
+        message = "the hub node running the agent went away"
+        await asyncio.shield(
+            self.hub.submit(channel, _ending(run_id, message, "agent_disconnected"))
+        )
+        await store.release_run(channel.key, run_id)
 
     async def _call(
         self, channel: Channel, target: AgentTarget, run_id: str, body: Any

@@ -7,6 +7,7 @@ come from one writer at a time, in order.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ class Store(ABC):
     #: True when several hub nodes share this store (and its bus): appends may then conflict
     #: (:class:`hub.errors.StoreConflict`) and other nodes' events arrive through :meth:`bus`.
     shared = False
+
+    #: Run leases (see :meth:`lease_run`) of a store no other node shares: in this process,
+    #: since they only mean something while it lives. Shared stores keep them in the store.
+    _leases: dict[str, tuple[str, float]]
 
     def __init__(self, *, retention: int = 10_000) -> None:
         #: How many of the newest events a thread's log keeps.
@@ -104,6 +109,36 @@ class Store(ABC):
     def bus(self) -> Bus | None:
         """Where other nodes' appends arrive, for shared stores; None otherwise."""
         return None
+
+    # -- run leases ----------------------------------------------------------------------------
+    # A run the hub itself calls an agent for (hub.server.upstream) lives in one node's task:
+    # if that node dies, nobody else can end it. So the node holds a lease on it, renewed
+    # while the run lasts; a node that sees the run open with its lease lapsed ends it
+    # (``agent_disconnected``). A run without a lease (an agent connection's, which the agent
+    # continues from any node) is never ended this way.
+
+    async def lease_run(self, thread_id: str, run_id: str, ttl: float) -> None:
+        """Hold (or renew) the lease on ``run_id`` for ``ttl`` seconds."""
+        self._lease_table()[thread_id] = (run_id, time.monotonic() + ttl)
+
+    async def release_run(self, thread_id: str, run_id: str) -> None:
+        """The run ended: drop its lease (if it still holds it)."""
+        table = self._lease_table()
+        if table.get(thread_id, ("",))[0] == run_id:
+            del table[thread_id]
+
+    async def run_lease(self, thread_id: str) -> tuple[str, bool] | None:
+        """The run holding a lease on the thread, and whether the lease is still alive; None
+        if no run does."""
+        held = self._lease_table().get(thread_id)
+        if held is None:
+            return None
+        return held[0], held[1] > time.monotonic()
+
+    def _lease_table(self) -> dict[str, tuple[str, float]]:
+        if not hasattr(self, "_leases"):
+            self._leases = {}
+        return self._leases
 
     async def ping(self) -> bool:
         """True while the store can take writes."""

@@ -216,6 +216,21 @@ def session_key(thread_id: str) -> str:
     return f"{_tag(thread_id)}:session"
 
 
+def lease_keys(thread_id: str) -> tuple[str, str]:
+    """The run holding a lease (kept until released), and its lease (expiring)."""
+    tag = _tag(thread_id)
+    return f"{tag}:run", f"{tag}:run-alive"
+
+
+#: Drop a run's lease only if that run holds it (KEYS: lease_keys; ARGV: run id).
+RELEASE_RUN = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+return 0
+"""
+
+
 def _tag(thread_id: str) -> str:
     if not thread_id or "{" in thread_id or "}" in thread_id:
         raise BadPath(f"a thread id must be non-empty and brace-free: {thread_id!r}")
@@ -245,6 +260,7 @@ class RedisStore(Store):
         self._read = client.register_script(READ)
         self._head = client.register_script(HEAD)
         self._log = client.register_script(LOG)
+        self._release_run = client.register_script(RELEASE_RUN)
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
         self.origin = secrets.token_bytes(ORIGIN_BYTES)
         self._bus: RedisBus | None = None
@@ -296,6 +312,29 @@ class RedisStore(Store):
             return None
         epoch = found[1]
         return int(found[0]), epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
+    async def lease_run(self, thread_id: str, run_id: str, ttl: float) -> None:
+        run_key, alive_key = lease_keys(thread_id)
+        async with self.client.pipeline(transaction=not self.sharded) as pipe:
+            pipe.set(run_key, run_id)
+            pipe.set(alive_key, run_id, px=max(1, int(ttl * 1000)))
+            await pipe.execute()
+
+    async def release_run(self, thread_id: str, run_id: str) -> None:
+        await self._release_run(keys=list(lease_keys(thread_id)), args=[run_id])
+
+    async def run_lease(self, thread_id: str) -> tuple[str, bool] | None:
+        run_key, alive_key = lease_keys(thread_id)
+        async with self.client.pipeline(transaction=not self.sharded) as pipe:
+            pipe.get(run_key)
+            pipe.get(alive_key)
+            run, alive = await pipe.execute()
+        if run is None:
+            return None
+        run_id = run.decode() if isinstance(run, bytes) else str(run)
+        return run_id, alive is not None and (
+            alive.decode() if isinstance(alive, bytes) else str(alive)
+        ) == run_id
 
     async def create(self, thread_id: str, record: bytes) -> None:
         await self._do_create(thread_id, record, only_if_new=False)

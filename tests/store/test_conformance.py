@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -176,3 +177,21 @@ async def test_read_log_gives_the_events_after_a_seq_or_none_if_trimmed(opener: 
     assert await store.read_log("t", 4) == [event(5), event(6), event(7)]
     assert await store.read_log("t", 7) == []
     assert await store.read_log("t", 1) is None  # seq 2 was trimmed away
+
+
+async def test_a_run_lease_lapses_unless_renewed_and_only_its_run_releases_it(
+    opener: Opener,
+) -> None:
+    store = await opener()
+    assert await store.run_lease("t") is None
+    await store.lease_run("t", "r1", 0.3)
+    assert await store.run_lease("t") == ("r1", True)
+    await asyncio.sleep(0.5)
+    assert await store.run_lease("t") == ("r1", False)  # lapsed: its holder stopped renewing
+    await store.lease_run("t", "r1", 5)
+    assert await store.run_lease("t") == ("r1", True)
+    await store.release_run("t", "r0")  # another run's release takes nothing
+    assert await store.run_lease("t") == ("r1", True)
+    await store.release_run("t", "r1")
+    assert await store.run_lease("t") is None
+    assert await store.run_lease("u") is None  # per thread

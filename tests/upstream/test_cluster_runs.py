@@ -76,3 +76,22 @@ async def test_one_run_at_a_time_across_nodes_and_a_cancel_from_the_other_node(
     assert run_id in agent.closed
     again = await start_run(there, "counter")
     assert (await run_end(here, again))["type"] == "RUN_FINISHED"
+
+
+async def test_a_run_whose_node_dies_ends_with_agent_disconnected_on_the_other(
+    two_nodes: list[HubProcess], agent: AgentServer
+) -> None:
+    n0, n1 = two_nodes
+    here, there = await consumer(n0, "t-dies"), await consumer(n1, "t-dies")
+    run_id = await start_run(here, "hold")
+    await agent_got(agent, run_id)
+    # An agent connection's run on another thread has no lease: it is never ended this way.
+    other = await consumer(n1, "t-agent-run")
+    n0.kill()  # SIGKILL: no drain, no RUN_ERROR from n0; only its lease stops being renewed
+    end = await run_end(there, run_id, timeout=15)
+    assert (end["type"], end["code"]) == ("RUN_ERROR", "agent_disconnected")
+    # The thread stays usable: the next run (from the surviving node) opens and finishes.
+    again = await start_run(there, "counter", user("u1", "again"))
+    assert (await run_end(there, again))["type"] == "RUN_FINISHED"
+    assert n1.thread("t-dies")["run"] is None
+    assert other.received[-1]["type"] == "CUSTOM"  # nothing was ended there

@@ -229,6 +229,13 @@ class Upstream:
     async def _watch_leases(self) -> None:
         while True:
             await asyncio.sleep(LEASE_CHECK)
+            for (key, mine), task in list(self.runs.items()):
+                channel = self.hub.channels.get(key)
+                if channel is not None:
+                    try:
+                        await self._stop_if_ended(channel, mine, task)
+                    except Exception as exc:
+                        log.warning("checking run %s failed: %s", mine, exc)
             for channel in list(self.hub.channels.values()):
                 run_id = channel.thread.run_id
                 if run_id is None or (channel.key, run_id) in self.runs:
@@ -237,6 +244,13 @@ class Upstream:
                     await self._end_if_lapsed(channel, run_id)
                 except Exception as exc:  # the store is away: look again later
                     log.warning("checking the lease of run %s failed: %s", run_id, exc)
+
+    async def _stop_if_ended(self, channel: Channel, run_id: str, task: asyncio.Task[None]) -> None:
+        """A run this node calls the agent for, ended elsewhere (cancelled from another node):
+        close the request now, not at the agent's next bytes (it may be silent for long)."""
+        await self.hub.refresh(channel)  # a head check: cheap, and a no-op on local stores
+        if channel.thread.run_id != run_id:
+            task.cancel()  # its ending finds the run over, and publishes nothing
 
     async def _end_if_lapsed(self, channel: Channel, run_id: str) -> None:
         store = self.hub.store

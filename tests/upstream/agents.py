@@ -130,6 +130,18 @@ async def no_start(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Bo
     return 200, "text/event-stream", _chunks(sse(StateSnapshotEvent(snapshot={"x": 1})))
 
 
+async def quiet(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Body]:
+    """Starts the run, then sends nothing, but notices when the hub closes the request."""
+
+    async def body() -> Body:
+        yield sse(started(run))
+        while True:
+            await asyncio.sleep(0.05)
+            yield b""  # no bytes: only a look at whether the hub hung up
+
+    return 200, "text/event-stream", body()
+
+
 SCRIPTS: dict[str, Script] = {
     "counter": counter,
     "hold": hold,
@@ -138,6 +150,7 @@ SCRIPTS: dict[str, Script] = {
     "garbage": garbage,
     "unfinished": unfinished,
     "no_start": no_start,
+    "quiet": quiet,
 }
 
 

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from agents import AgentServer
 from redis_support import RedisServer
@@ -95,3 +96,30 @@ async def test_a_run_whose_node_dies_ends_with_agent_disconnected_on_the_other(
     assert (await run_end(there, again))["type"] == "RUN_FINISHED"
     assert n1.thread("t-dies")["run"] is None
     assert other.received[-1]["type"] == "CUSTOM"  # nothing was ended there
+
+
+async def test_a_cancel_from_the_other_node_closes_a_silent_agents_request_at_once(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> None:
+    args = [*agent_args(agent, tmp_path), "--agent-timeout", "60"]  # silence is no timeout
+    n0, n1 = (start_hub("--node", f"q{i}", *args, store=redis_server.url) for i in range(2))
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        started = await http.post(f"{n0.http}/v1/threads/t-quiet/runs", json={"agent": "quiet"})
+        run_id = started.json()["runId"]
+        await agent_got(agent, run_id)
+        there = await consumer(n1, "t-quiet")
+        cancelled = await http.delete(f"{n1.http}/v1/threads/t-quiet/runs/{run_id}")
+        assert cancelled.status_code == 200, cancelled.text
+        end = await run_end(there, run_id)
+        assert (end["type"], end["code"]) == ("RUN_ERROR", "cancelled")
+        # n0 calls the agent and hears nothing from it; it still closes the request within
+        # its once-a-second check, not at the agent's timeout.
+        for _ in range(60):
+            if run_id in agent.closed:
+                break
+            await asyncio.sleep(0.1)
+        assert run_id in agent.closed
+        assert [e["type"] for e in run_events(there.received, run_id)].count("RUN_ERROR") == 1

@@ -80,6 +80,20 @@ def unpack(data: str | bytes) -> Event:
         raise ValueError(exc.message) from None
 
 
+def welcome_value(first: Event) -> dict[str, Any]:
+    """The value of the ``hub.welcome`` a connection's first frame must be; else
+    :class:`HandshakeFailed` (retryable if the hub's ``hub.error`` code says so)."""
+    control = hub_control(first)
+    if control is not None and control[0] == WELCOME and isinstance(control[1], dict):
+        return control[1]
+    if control is not None and control[0] == ERROR and isinstance(control[1], dict):
+        code = control[1].get("code")
+        raise HandshakeFailed(
+            f"the hub refused: {control[1]!r}"[:300], retryable=code in RETRYABLE_CODES
+        )
+    raise HandshakeFailed(f"expected hub.welcome, got {first!r}"[:300])
+
+
 async def open_socket(
     url: str,
     encoding: Encoding,
@@ -121,15 +135,7 @@ async def open_socket(
             raise HandshakeFailed(message, retryable=True) from None
         except ValueError as exc:
             raise HandshakeFailed(f"the hub's first frame is not an object: {exc}") from None
-        control = hub_control(first)
-        if control is not None and control[0] == WELCOME and isinstance(control[1], dict):
-            return ws, control[1]
-        if control is not None and control[0] == ERROR and isinstance(control[1], dict):
-            code = control[1].get("code")
-            raise HandshakeFailed(
-                f"the hub refused: {control[1]!r}"[:300], retryable=code in RETRYABLE_CODES
-            )
-        raise HandshakeFailed(f"expected hub.welcome, got {first!r}"[:300])
+        return ws, welcome_value(first)
     except BaseException:
         await ws.close()
         raise

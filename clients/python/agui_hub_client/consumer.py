@@ -1,9 +1,10 @@
-"""A consumer: mirrors one thread's state and messages over a WebSocket, and keeps it right.
+"""A consumer: mirrors one thread's state and messages over a WebSocket or the thread's event
+stream (SSE), and keeps it right.
 
 The bookkeeping (positions, gaps, failed patches, snapshots) is the sans-I/O
-:class:`~agui_hub_client.mirror.Mirror`; this module adds the socket, reconnection with
-``since``, the ``async for`` over applied events, and the commands that wait for the hub's
-answer (``run``, ``cancel``).
+:class:`~agui_hub_client.mirror.Mirror`; this module adds the connection, reconnection with
+``since`` (``Last-Event-ID`` over SSE), the ``async for`` over applied events, and the commands
+that wait for the hub's answer (``run``, ``cancel``; over HTTP requests with SSE).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from hub.wire.control import WELCOME
@@ -32,28 +32,17 @@ from agui_hub_client._wire import (
     unpack,
     with_position,
 )
-from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed, RunError
+from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed
+from agui_hub_client.http_runs import HttpRuns
 from agui_hub_client.mirror import Mirror, Step
+from agui_hub_client.socket_runs import RUN_ENDS, SocketRuns
+from agui_hub_client.sse import CLOSE_REJOIN, EventStream, last_event_id, open_stream
 
 log = logging.getLogger("agui_hub_client")
 
-#: hub.error codes that answer an edit (``hub.publish``), never a run or a cancel.
-EDIT_CODES = frozenset({"conflict", "patch_failed", "malformed_patch", "invalid_event"})
-#: ... nor a run: the hub's answer to a cancel of a run that had ended by itself, which may
-#: come after the cancel saw that end.
-NOT_RUN_CODES = EDIT_CODES | {"unknown_run"}
-#: Events that end a run.
-RUN_ENDS = frozenset({"RUN_FINISHED", "RUN_ERROR"})
-
-
-@dataclass
-class _Asked:
-    """A command waiting for the hub's answer: ``hub.run`` (answered with CUSTOM ``hub.run``)
-    or ``hub.cancel`` (answered by the run's end), either of them by a ``hub.error``."""
-
-    kind: Literal["run", "cancel"]
-    run_id: str | None
-    answer: asyncio.Future[Event]
+#: How frames reach a consumer: a WebSocket, or the thread's event stream (read-only).
+TRANSPORTS = ("websocket", "sse")
+Transport = Literal["websocket", "sse"]
 
 
 class Consumer:
@@ -74,16 +63,28 @@ class Consumer:
     what was missed, or sends a snapshot join if it no longer can. ``url`` may be a list of node
     URLs for the same thread; reconnects go round them.
 
+    With ``transport="sse"`` the frames come over the thread's event stream (``GET
+    /v1/threads/{id}/events``) instead: the same frames, applied the same way, resumed with
+    ``Last-Event-ID``. An event stream cannot send, so a copy that needs repairing drops its
+    stream and opens a new one for a fresh join; ``run``/``cancel`` are HTTP requests;
+    ``publish`` is not available; ``ack`` does nothing.
+
     Args:
-        url: ``ws://HOST:PORT/v1/threads/{thread_id}``, or several such URLs.
+        url: ``ws://HOST:PORT/v1/threads/{thread_id}``, or several such URLs (``http://``
+            ones too, with SSE).
+        transport: ``"websocket"`` or ``"sse"``.
         encoding: ``"json"`` (text frames) or ``"msgpack"`` (binary frames, subprotocol
-            ``agui-hub.msgpack``).
+            ``agui-hub.msgpack``; WebSocket only).
+        headers: HTTP headers for every connection and request (e.g. ``Authorization``).
         since, epoch: start from a known position instead of a fresh join. Pass the
             ``state`` and ``messages`` held at that position too.
         reconnect: reconnect after a disconnect (default True).
         max_retries: give up after this many failed reconnect attempts in a row (None: never).
         backoff, max_backoff: first and largest delay between reconnect attempts, in seconds.
         open_timeout: seconds to connect and receive ``hub.welcome``.
+        idle_timeout: SSE: seconds without a byte (the hub's heartbeat comments count) after
+            which the stream is presumed dead and reopened (None: never). The hub's heartbeat
+            is every 15 s by default.
         max_size: largest frame accepted, in bytes (snapshots of a large state are large).
         max_updates: events buffered for ``async for``; when full, the oldest is dropped
             (counted in :attr:`updates_dropped`). State and messages never miss an event.
@@ -94,7 +95,9 @@ class Consumer:
         self,
         url: str | Sequence[str],
         *,
+        transport: Transport | str = "websocket",
         encoding: Encoding | str = "json",
+        headers: Mapping[str, str] | None = None,
         since: int | None = None,
         epoch: str | None = None,
         state: Any = None,
@@ -104,6 +107,7 @@ class Consumer:
         backoff: float = 0.1,
         max_backoff: float = 5.0,
         open_timeout: float = 10.0,
+        idle_timeout: float | None = 45.0,
         max_size: int | None = 1 << 26,
         max_updates: int = 10_000,
         connect_options: Mapping[str, Any] | None = None,
@@ -111,7 +115,14 @@ class Consumer:
         self.urls = [url] if isinstance(url, str) else list(url)
         if not self.urls:
             raise ValueError("at least one URL is needed")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be 'websocket' or 'sse', not {transport!r}")
+        self.transport: Transport = "sse" if transport == "sse" else "websocket"
         self.encoding: Encoding = check_encoding(encoding)
+        if self.transport == "sse" and self.encoding != "json":
+            raise ValueError("an event stream carries JSON only: encoding must be 'json'")
+        self.headers = dict(headers or {})
+        self.idle_timeout = idle_timeout
         self.reconnect = reconnect
         self.max_retries = max_retries
         self.backoff = backoff
@@ -119,6 +130,9 @@ class Consumer:
         self.open_timeout = open_timeout
         self.max_size = max_size
         self.connect_options = dict(connect_options or {})
+        if self.headers and self.transport == "websocket":
+            given = self.connect_options.get("additional_headers") or {}
+            self.connect_options["additional_headers"] = {**dict(given), **self.headers}
         self.mirror = Mirror(state=state, messages=messages, since=since, epoch=epoch)
         #: ``hub.error`` values the hub sent this consumer (e.g. ``conflict``), oldest first.
         self.errors: list[dict[str, Any]] = []
@@ -131,7 +145,7 @@ class Consumer:
         #: Close codes of the connections that ended under this consumer (1006: no close frame).
         self.close_codes: list[int] = []
         self._url_index = 0
-        self._ws: ClientConnection | None = None
+        self._ws: ClientConnection | EventStream | None = None
         self._task: asyncio.Task[None] | None = None
         self._updates: deque[Event] = deque(maxlen=max(1, max_updates))
         self._wake = asyncio.Event()
@@ -139,9 +153,9 @@ class Consumer:
         self._closing = False
         self._done = False
         self._lost: BaseException | None = None
-        #: One command waiting for an answer at a time (the hub's answers carry no id).
-        self._asking = asyncio.Lock()
-        self._asked: _Asked | None = None
+        #: Runs as commands on the socket, or (SSE) HTTP requests.
+        self._socket_runs = SocketRuns(self._send)
+        self._http_runs = HttpRuns(self.urls[0], self.headers)
 
     # -- what it holds --------------------------------------------------------------------------
 
@@ -220,15 +234,26 @@ class Consumer:
                 await self._task
         self._finish(None)
 
-    async def _open(self, url: str) -> ClientConnection:
+    async def _open(self, url: str) -> ClientConnection | EventStream:
         since, epoch = self.mirror.resume_position()
-        ws, welcome = await open_socket(
-            with_position(url, since, epoch),
-            self.encoding,
-            open_timeout=self.open_timeout,
-            max_size=self.max_size,
-            options=self.connect_options,
-        )
+        ws: ClientConnection | EventStream
+        if self.transport == "sse":
+            ws, welcome = await open_stream(
+                url,
+                resume_from=last_event_id(since, epoch),
+                headers=self.headers,
+                open_timeout=self.open_timeout,
+                max_size=self.max_size,
+                idle_timeout=self.idle_timeout,
+            )
+        else:
+            ws, welcome = await open_socket(
+                with_position(url, since, epoch),
+                self.encoding,
+                open_timeout=self.open_timeout,
+                max_size=self.max_size,
+                options=self.connect_options,
+            )
         self.mirror.connected(resumed=since is not None)
         self._on_step(self.mirror.receive({"type": "CUSTOM", "name": WELCOME, "value": welcome}))
         return ws
@@ -243,16 +268,17 @@ class Consumer:
                         await self._handle(ws, data)
                 except ConnectionClosed:
                     pass
-                self._unanswered("the connection closed before the hub answered")
+                self._socket_runs.unanswered("the connection closed before the hub answered")
                 if self._closing:
                     return
                 code = 1006 if ws.close_code is None else int(ws.close_code)
                 self.close_codes.append(code)
-                if not self.reconnect:
+                rejoin = code == CLOSE_REJOIN
+                if not self.reconnect and not rejoin:
                     raise ConnectionLost(f"the hub closed the connection (code {code})")
                 log.info("consumer disconnected (code %s); reconnecting", code)
                 self._ws = None
-                self._ws = await self._reconnect()
+                self._ws = await self._reconnect(at_once=rejoin)
                 self.reconnects += 1
         except asyncio.CancelledError:
             raise
@@ -265,11 +291,14 @@ class Consumer:
         else:
             self._finish(None)
 
-    async def _reconnect(self) -> ClientConnection:
+    async def _reconnect(self, *, at_once: bool = False) -> ClientConnection | EventStream:
+        """A new connection, after a backoff (``at_once``: first try without one, for a
+        stream this consumer dropped itself to rejoin)."""
         attempt = 0
         while True:
-            delay = min(self.max_backoff, self.backoff * (2**attempt))
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            if not (at_once and attempt == 0):
+                delay = min(self.max_backoff, self.backoff * (2 ** (attempt - at_once)))
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             self._url_index = (self._url_index + 1) % len(self.urls)
             try:
                 return await self._open(self.urls[self._url_index])
@@ -284,14 +313,14 @@ class Consumer:
                 raise ConnectionLost(f"gave up reconnecting after {attempt} attempts: {failure}")
 
     def _finish(self, exc: BaseException | None) -> None:
-        self._unanswered("the consumer stopped before the hub answered")
+        self._socket_runs.unanswered("the consumer stopped before the hub answered")
         if not self._done:
             self._done = True
             self._lost = exc
         self._wake.set()
         self._notify()
 
-    async def _handle(self, ws: ClientConnection, data: str | bytes) -> None:
+    async def _handle(self, ws: ClientConnection | EventStream, data: str | bytes) -> None:
         try:
             frame = unpack(data)
         except ValueError as exc:
@@ -300,32 +329,25 @@ class Consumer:
         open_run = self.mirror.run_id
         step = self.mirror.receive(frame)
         for command in step.send:
+            if isinstance(ws, EventStream):
+                self._rejoin(ws, command)
+                continue
             with contextlib.suppress(ConnectionClosed):
                 await ws.send(pack(command, self.encoding))
-        if self._asked is not None:
-            self._answer(self._asked, frame, step, open_run)
+        if frame.get("type") in RUN_ENDS:
+            ended = frame.get("runId") or open_run
+            if isinstance(ended, str):
+                self._http_runs.saw_end(ended, frame)
+        self._socket_runs.received(frame, step, open_run)
         self._on_step(step)
 
-    def _answer(self, asked: _Asked, frame: Event, step: Step, open_run: str | None) -> None:
-        """Settle the command waiting for an answer if ``frame`` is it."""
-        if asked.answer.done():
-            return
-        if step.error is not None:
-            code = str(step.error.get("code", "internal"))
-            if code not in (NOT_RUN_CODES if asked.kind == "run" else EDIT_CODES):
-                message = str(step.error.get("message", ""))
-                asked.answer.set_exception(RunError(code, message, step.error))
-        elif asked.kind == "run":
-            if step.run is not None:
-                asked.answer.set_result(step.run)
-        elif frame.get("type") in RUN_ENDS and (frame.get("runId") or open_run) == asked.run_id:
-            asked.answer.set_result(frame)
-
-    def _unanswered(self, why: str) -> None:
-        asked = self._asked
-        if asked is not None and not asked.answer.done():
-            maybe = "the run may have started" if asked.kind == "run" else "it may have ended"
-            asked.answer.set_exception(ConnectionLost(f"{why} hub.{asked.kind} ({maybe})"))
+    def _rejoin(self, stream: EventStream, command: dict[str, Any]) -> None:
+        """SSE: a copy that needs repairing (``hub.resync``) drops its stream; the next one is
+        a fresh join (the mirror has no resume point while it waits for a snapshot)."""
+        if command.get("type") == "hub.resync":
+            reason = str(command.get("reason"))
+            log.info("consumer rejoining for a fresh snapshot (%s)", reason)
+            stream.abort(CLOSE_REJOIN, f"rejoining ({reason})")
 
     def _on_step(self, step: Step) -> None:
         if step.welcome is not None:
@@ -389,7 +411,11 @@ class Consumer:
         sequenced it. If it no longer applies, the hub sends ``hub.error`` ``conflict`` (see
         :attr:`errors`) and then a fresh snapshot. Put ``test`` operations in a delta to make
         it fail rather than apply over someone else's change.
+
+        Not over SSE (an event stream cannot send): :class:`ClientError`.
         """
+        if self.transport == "sse":
+            raise ClientError("publish() needs the websocket transport: SSE is read-only")
         command = {
             "type": "hub.publish",
             "base": self.seq if base is None else base,
@@ -419,7 +445,8 @@ class Consumer:
         Raises :class:`RunError` with the hub's code (``unknown_agent``, ``run_in_progress``:
         one run at a time per thread, ``forbidden``, ``bad_request``...), ``TimeoutError``
         if no answer came in ``timeout`` seconds, :class:`ConnectionLost` if the connection
-        dropped first (in both cases the run may have started).
+        dropped first (in both cases the run may have started). Over SSE the run is a ``POST
+        /v1/threads/{id}/runs``, refused with the same codes.
         """
         command = {
             "type": "hub.run",
@@ -429,8 +456,11 @@ class Consumer:
             "context": [event_dict(c) for c in context or ()],
             "forwardedProps": {} if forwarded_props is None else forwarded_props,
         }
-        answer = await self._ask(command, "run", None, timeout)
-        return str(answer["runId"])
+        if self.transport == "sse":
+            self._need_open()
+            body = {k: v for k, v in command.items() if k != "type"}
+            return await self._http_runs.run(body, timeout)
+        return await self._socket_runs.run(command, timeout)
 
     async def cancel(self, run_id: str, *, timeout: float = 10.0) -> Event:
         """End the open run ``run_id`` (every consumer gets ``RUN_ERROR`` code ``cancelled``).
@@ -438,51 +468,44 @@ class Consumer:
         or the run's own end if it came first.
 
         Raises :class:`RunError` with the hub's code (``unknown_run``: ``run_id`` is not the
-        thread's open run; ``forbidden``...), ``TimeoutError`` or :class:`ConnectionLost`.
+        thread's open run; ``forbidden``...), ``TimeoutError`` or :class:`ConnectionLost`. Over
+        SSE it is a ``DELETE /v1/threads/{id}/runs/{runId}``, then the wait for the run's end
+        to come down the stream.
         """
-        return await self._ask({"type": "hub.cancel", "runId": run_id}, "cancel", run_id, timeout)
+        if self.transport == "sse":
+            self._need_open()
+            return await self._http_runs.cancel(run_id, timeout)
+        return await self._socket_runs.cancel(run_id, timeout)
 
     @property
     def run_id(self) -> str | None:
         """The thread's open run, as this consumer has seen it (None between runs)."""
         return self.mirror.run_id
 
-    async def _ask(
-        self,
-        command: dict[str, Any],
-        kind: Literal["run", "cancel"],
-        run_id: str | None,
-        timeout: float,
-    ) -> Event:
-        """Send ``command`` and wait for its answer. The hub handles a connection's commands in
-        order, but its answers carry no id and a ``hub.error`` does not say which command it
-        answers: so one command waits for an answer at a time, and errors that only edits get
-        (``conflict``...) are not taken for its answer."""
-        async with self._asking:
-            asked = _Asked(kind, run_id, asyncio.get_running_loop().create_future())
-            self._asked = asked
-            try:
-                await self._send(command)
-                async with asyncio.timeout(timeout):
-                    return await asked.answer
-            finally:
-                self._asked = None
-                if asked.answer.done() and not asked.answer.cancelled():
-                    asked.answer.exception()  # retrieved, even if the wait timed out first
-
     async def ack(self, seq: int | None = None) -> None:
-        """Tell the hub this consumer has processed up to ``seq`` (default: the current one)."""
+        """Tell the hub this consumer has processed up to ``seq`` (default: the current one).
+        Over SSE nothing is sent (an event stream cannot send)."""
+        if self.transport == "sse":
+            return
         await self._send({"type": "hub.ack", "seq": self.seq if seq is None else seq})
 
     async def resync(self, reason: str = "patch_failed") -> None:
-        """Ask the hub for a fresh snapshot, as if this copy had found itself wrong."""
+        """Ask the hub for a fresh snapshot, as if this copy had found itself wrong (over SSE:
+        drop the stream and rejoin)."""
         for command in self.mirror.resync(reason).send:
             await self._send(command)
+
+    def _need_open(self) -> None:
+        if self._done:
+            raise ConnectionLost(str(self._lost or "the consumer is closed"))
 
     async def _send(self, command: dict[str, Any]) -> None:
         ws = self._ws
         if ws is None or self._done:
             raise ConnectionLost("not connected")
+        if isinstance(ws, EventStream):
+            self._rejoin(ws, command)
+            return
         try:
             await ws.send(pack(command, self.encoding))
         except ConnectionClosed as exc:
@@ -501,8 +524,10 @@ class Consumer:
     async def disconnect(self) -> None:
         """Test hook: drop the connection abruptly, as a network failure would.
 
-        With ``reconnect=True`` the consumer then reconnects with ``since``.
+        With ``reconnect=True`` the consumer then reconnects with ``since`` (``Last-Event-ID``).
         """
         ws = self._ws
-        if ws is not None:
+        if isinstance(ws, EventStream):
+            ws.abort()
+        elif ws is not None:
             ws.transport.abort()

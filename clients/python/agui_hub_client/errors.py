@@ -23,6 +23,11 @@ class HandshakeFailed(ClientError):
         self.retryable = retryable
 
 
+class ProtocolError(ClientError):
+    """The hub's answer breaks HTTP/1.1 or the event stream's rules (the peer's fault). A
+    consumer treats it as a dropped connection and reconnects."""
+
+
 class ConnectionLost(ClientError):
     """The connection ended and the client is not (or no longer) reconnecting."""
 

@@ -91,6 +91,9 @@ class Mirror:
         self.epoch = epoch
         #: Why live events are being ignored until a snapshot arrives, or None.
         self.awaiting: str | None = None if since is not None else "join"
+        #: A repair is half applied: its ``STATE_SNAPSHOT`` is in, the ``MESSAGES_SNAPSHOT``
+        #: the hub sends right after it is not yet (until then the messages are the old ones).
+        self.partial = False
         #: How many times this copy asked for a resync, by reason.
         self.resyncs: Counter[str] = Counter()
         #: ``STATE_SNAPSHOT`` sync frames applied (joins and repairs, asked for or not).
@@ -124,10 +127,10 @@ class Mirror:
     def resume_position(self) -> tuple[int | None, str | None]:
         """``(since, epoch)`` to reconnect with, or ``(None, None)`` to ask for a fresh join.
 
-        A copy that is waiting for a snapshot (or never had one) cannot resume: replaying events
-        onto it would not repair it.
+        A copy that is waiting for a snapshot (or never had one), or holds half a repair, cannot
+        resume: replaying events onto it would not repair it.
         """
-        if self.awaiting is not None or self.epoch is None:
+        if self.awaiting is not None or self.partial or self.epoch is None:
             return None, None
         return self.seq, self.epoch
 
@@ -145,8 +148,12 @@ class Mirror:
         """Take one decoded frame from the hub."""
         control = hub_control(frame)
         if control is not None:
+            if control[0] != ERROR:
+                self.partial = False
             return self._control(*control)
         position = (frame.get("metadata") or {}).get("hub")
+        if not isinstance(position, dict) or not position.get("sync"):
+            self.partial = False
         if not isinstance(position, dict) or not isinstance(position.get("seq"), int):
             # Not a hub-sequenced event (the hub sends none today): apply it as it comes.
             return self._apply_live(frame)
@@ -216,6 +223,9 @@ class Mirror:
         if frame.get("type") == "STATE_SNAPSHOT":
             self.snapshots += 1
             self.awaiting = None
+            self.partial = True
+        elif frame.get("type") == "MESSAGES_SNAPSHOT":
+            self.partial = False
         return Step(applied=frame)
 
     def _apply_live(self, frame: Event) -> Step:

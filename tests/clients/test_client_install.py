@@ -35,7 +35,9 @@ PIP_TIMEOUT = 300
 CHECK = """
 import importlib.util, json, sys
 from agui_hub_client import Consumer, Mirror, Producer
-import hub.core.thread, hub.wire.codec, hub.wire.control, hub.errors
+from agui_hub_client.sse import open_stream
+import hub.core.thread, hub.wire.codec, hub.wire.control, hub.wire.sse, hub.errors
+Consumer("ws://127.0.0.1:1/v1/threads/t", transport="sse")
 
 mirror = Mirror()
 mirror.receive({"type": "CUSTOM", "name": "hub.welcome",

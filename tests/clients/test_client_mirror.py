@@ -125,6 +125,20 @@ def test_a_welcome_from_another_epoch_waits_for_the_hubs_snapshot_without_asking
     assert (mirror.seq, mirror.epoch, mirror.state) == (2, EPOCH, {"fresh": True})
 
 
+def test_a_copy_holding_half_a_repair_does_not_resume_from_it() -> None:
+    mirror = joined({"a": 1}, 1)
+    state, messages = snapshot(5, {"a": 5})
+    mirror.receive(state)  # the stream is cut here: the repair's messages never came
+    assert mirror.partial and mirror.resume_position() == (None, None)
+    mirror.receive(messages)
+    assert not mirror.partial and mirror.resume_position() == (5, EPOCH)
+    mirror.receive(state)
+    mirror.receive({"type": "CUSTOM", "name": "hub.error", "value": {"code": "conflict"}})
+    assert mirror.partial  # an error between the two frames of a repair ends nothing
+    mirror.receive(at(6, delta({"op": "replace", "path": "/a", "value": 6})))
+    assert not mirror.partial and mirror.resume_position() == (6, EPOCH)
+
+
 def test_hub_errors_are_reported_not_applied() -> None:
     mirror = joined({})
     value = {"code": "conflict", "message": "edit rejected"}

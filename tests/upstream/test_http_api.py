@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from agents import AgentServer
-from support import HubProcess
+from support import Client, HubProcess, is_custom
 from test_runs import SECRET, agent_args, agent_got, consumer, run_end, run_events, user
 
 from hub.auth import mint_token
@@ -356,3 +356,34 @@ async def test_the_agent_endpoint_refuses_what_it_cannot_run(
     invalid = await http.post("/v1/agents/counter", json={"threadId": "h-busy"})
     assert invalid.status_code == 400 and "RunAgentInput" in invalid.json()["message"]
     await http.delete(f"/v1/threads/h-busy/runs/{busy.json()['runId']}")
+
+
+async def test_a_slow_sse_consumer_is_conflated_and_nobody_else_waits(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    hub = start_hub("--consumer-buffer", "65536")
+    big = "x" * 2000
+    count = 3000
+
+    def at_head(event: dict[str, Any]) -> bool:
+        return bool(event.get("metadata", {}).get("hub", {}).get("seq") == count)
+
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        fast = await consumer(hub, "h-slow")
+        agent = await Client.open(f"{hub.ws}/v1/threads/h-slow/agent")
+        await agent.recv_until(lambda e: is_custom(e, "hub.welcome"))
+        async with http.stream("GET", "/v1/threads/h-slow/events") as response:
+            stream = SseReader(response)
+            await stream.until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
+            # Stop reading: the hub writes on until the sockets' buffers are full, then its
+            # queue for this consumer passes the limit and is conflated.
+            for i in range(count):
+                delta = [{"op": "add", "path": f"/k{i % 50}", "value": f"{i}{big}"}]
+                await agent.send({"type": "STATE_DELTA", "delta": delta})
+            assert await fast.recv_until(at_head, 30)  # the fast one got everything meanwhile
+            assert hub.metric("agui_hub_resyncs_total", cause="slow_consumer") >= 1
+            # Reading again: the slow one gets a snapshot, then catches up to the head.
+            caught = await stream.until(at_head)
+            assert any(e["type"] == "STATE_SNAPSHOT" for e in caught)
+            assert len(caught) < count  # conflated: not every event was sent to it
+        assert hub.thread("h-slow")["seq"] == count

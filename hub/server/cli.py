@@ -1,4 +1,8 @@
-"""``agui-hub``: serve, demo, bench, token, receipts."""
+"""``agui-hub``: serve, demo, config, bench, token, sessions, receipts.
+
+The server options of ``serve``, ``demo`` and ``config`` also come from ``AGUI_HUB_*``
+environment variables and a TOML file (``--config``), with one precedence: see
+hub.server.settings. ``agui-hub config`` prints the effective configuration."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from hub.errors import ConfigError
 from hub.limits import Limits
 from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
+from hub.server import logs, settings
 from hub.server.config import AgentTarget, Config
 
 #: Where the HS256 secret may come from instead of a file (keeps it out of ``ps``).
@@ -42,6 +47,17 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         "--heartbeat", type=float, default=15.0, help="seconds of silence before hub.heartbeat"
     )
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one object a line, with thread, run, tenant, node and code where known",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="a TOML file of settings (or $AGUI_HUB_CONFIG); flags and AGUI_HUB_* win over it",
+    )
     auth = parser.add_argument_group("authentication (see README: Tenancy and security)")
     auth.add_argument(
         "--jwt-secret-file",
@@ -130,6 +146,19 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         receipts.add_argument(
             flag, type=float, default=default, metavar="S", help=f"seconds {what} ({default:g})"
         )
+
+
+def _print_config(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, sources: dict[str, str]
+) -> int:
+    """``agui-hub config``: check the settings as ``serve`` would, and print them."""
+    config = _config(args)
+    text = settings.describe(parser, args, sources)
+    if os.environ.get(SECRET_ENV):
+        text += f"# the HS256 secret: set, from ${SECRET_ENV} (not shown)\n"
+    text += f"# node id: {config.node}\n"
+    print(text, end="")
+    return 0
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -268,10 +297,19 @@ def _token(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return build_parsers()[0]
+
+
+def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser, and the subcommands' parsers that take the server options, by name."""
     parser = argparse.ArgumentParser(prog="agui-hub", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run a hub node")
     _add_server_options(serve, "sqlite:///agui-hub.db")
+    config = commands.add_parser(
+        "config", help="print the effective configuration (the options of serve; secrets masked)"
+    )
+    _add_server_options(config, "sqlite:///agui-hub.db")
     demo = commands.add_parser("demo", help="run a hub with a demo agent editing thread 'demo'")
     _add_server_options(demo, "sqlite:///agui-hub.db")
     demo.add_argument("--duration", type=float, default=None, help="stop after N seconds")
@@ -314,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="'cluster [options]': two nodes on Redis and a reconnect storm; "
         "'receipts [--records N]': classify a million handoff receipts",
     )
-    return parser
+    return parser, {"serve": serve, "config": config, "demo": demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -323,8 +361,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hub.receipts.cli import main as receipts_main
 
         return receipts_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser, server_parsers = build_parsers()
     try:
+        sources: dict[str, str] = {}
+        if argv[:1] and argv[0] in server_parsers:
+            sources = settings.apply(server_parsers[argv[0]], argv[1:])
+        args = parser.parse_args(argv)
+        if args.command == "config":
+            return _print_config(server_parsers["config"], args, sources)
         return _run(args)
     except ConfigError as exc:
         print(f"agui-hub: {exc.message}", file=sys.stderr)
@@ -343,12 +387,8 @@ def _run(args: argparse.Namespace) -> int:
         from hub.bench import cli as bench_cli
 
         return bench_cli([*args.figures, *(["--quick"] if args.quick else [])])
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("websockets").setLevel(logging.WARNING)
     config = _config(args)
+    logs.configure(args.log_level, args.log_format, config.node)
     try:
         if args.command == "demo":
             from hub.server.demo import run_demo

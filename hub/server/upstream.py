@@ -54,6 +54,7 @@ from hub.server.channel import Channel
 from hub.server.config import AgentTarget
 from hub.server.guard import Guard
 from hub.server.hub import Hub
+from hub.server.logs import about
 from hub.server.node import Change
 from hub.wire import control
 from hub.wire.codec import decode
@@ -205,7 +206,12 @@ class Upstream:
             else:
                 code, message = "cancelled", "the run was cancelled"
         except Exception:
-            log.exception("the run %s of agent %s failed", run_id, target.name)
+            log.exception(
+                "the run %s of agent %s failed",
+                run_id,
+                target.name,
+                extra=about(channel.key, run=run_id),
+            )
         finally:
             renewing.cancel()
             self.runs.pop((channel.key, run_id), None)
@@ -214,7 +220,7 @@ class Upstream:
             await asyncio.shield(self.hub.submit(channel, _ending(run_id, message, code)))
             await self.hub.store.release_run(channel.key, run_id)
         except Exception:
-            log.exception("ending the run %s failed", run_id)
+            log.exception("ending the run %s failed", run_id, extra=about(channel.key, run=run_id))
 
     # -- leases ---------------------------------------------------------------------------------
 
@@ -257,7 +263,11 @@ class Upstream:
         lease = await store.run_lease(channel.key)
         if lease is None or lease != (run_id, False):
             return
-        log.warning("run %s: its node stopped renewing the lease; ending it", run_id)
+        log.warning(
+            "run %s: its node stopped renewing the lease; ending it",
+            run_id,
+            extra=about(channel.key, run=run_id, code="agent_disconnected"),
+        )
         message = "the hub node running the agent went away"
         await asyncio.shield(
             self.hub.submit(channel, _ending(run_id, message, "agent_disconnected"))
@@ -305,7 +315,11 @@ class Upstream:
             error = future.result().error
             if error is not None:
                 log.warning(
-                    "run %s: an event of agent %s was refused: %s", run_id, target.name, error.code
+                    "run %s: an event of agent %s was refused: %s",
+                    run_id,
+                    target.name,
+                    error.code,
+                    extra=about(channel.key, run=run_id, code=error.code),
                 )
 
         first = True
@@ -326,7 +340,12 @@ class Upstream:
                     except PeerError:
                         return "agent_error", "the agent sent something that is not AG-UI"
                     if warnings:
-                        log.warning("run %s: %s", run_id, "; ".join(warnings))
+                        log.warning(
+                            "run %s: %s",
+                            run_id,
+                            "; ".join(warnings),
+                            extra=about(channel.key, run=run_id),
+                        )
                     if first:
                         first = False
                         if event["type"] != "RUN_STARTED" or event.get("runId") != run_id:

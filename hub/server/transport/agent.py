@@ -22,6 +22,7 @@ from hub.server import sessions
 from hub.server.channel import Channel
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Hub
+from hub.server.logs import about
 from hub.server.node import Change
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, WebSocket, done
 from hub.store.base import seq_of
@@ -61,7 +62,9 @@ class AgentEndpoint(ThreadEndpoint):
         try:
             stored = await hub.store.load_session(channel.key)
         except Exception:
-            log.exception("loading the session of thread %s failed", channel.key)
+            log.exception(
+                "loading the session of thread %s failed", channel.key, extra=about(channel.key)
+            )
             stored = None
         thread = channel.thread  # read after the await: what the store holds now
         welcome = control.welcome(
@@ -118,7 +121,9 @@ class AgentEndpoint(ThreadEndpoint):
                 event, warnings = parse_event(frame)
                 if warnings:
                     hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
-                    log.warning("thread %s: %s", channel.key, "; ".join(warnings))
+                    log.warning(
+                        "thread %s: %s", channel.key, "; ".join(warnings), extra=about(channel.key)
+                    )
                 future = hub.submit(channel, self._publishing(event, state))
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)

@@ -57,6 +57,13 @@ async def collect(consumer: Consumer, into: list[dict[str, Any]]) -> None:
         into.append(event)
 
 
+async def seen_up_to(seen: list[dict[str, Any]], seq: int) -> None:
+    """Until the reader that fills ``seen`` has taken the events up to ``seq``."""
+    async with asyncio.timeout(TIMEOUT):
+        while not seen or seen[-1]["metadata"]["hub"]["seq"] < seq:
+            await asyncio.sleep(0.01)
+
+
 def sse(url: str, **options: Any) -> Consumer:
     """An SSE consumer that reconnects quickly (tests wait for it)."""
     return Consumer(url, transport="sse", backoff=0.05, max_backoff=0.3, **options)
@@ -155,6 +162,7 @@ async def test_a_hub_restarted_on_its_sqlite_store_is_resumed_with_last_event_id
             await publish(agent, START, set_counter(1), set_counter(2))
         await assert_converged(consumer, hub.ws, thread_id, hub_view)
         held, epoch = consumer.seq, consumer.epoch
+        await seen_up_to(seen, held)
         joined = len(seen)
 
         async def write_after_the_restart() -> None:
@@ -177,6 +185,7 @@ async def test_a_hub_restarted_on_its_sqlite_store_is_resumed_with_last_event_id
         # The same epoch, the thread further on than the consumer: it had missed events.
         assert welcome["epoch"] == epoch and welcome["seq"] > held
         assert consumer.reconnects >= 1 and consumer.snapshots == 1
+        await seen_up_to(seen, consumer.seq)
         replayed = seen[joined:]
         assert replayed and not any(is_sync(e) for e in replayed)
         assert [e["metadata"]["hub"]["seq"] for e in replayed] == list(

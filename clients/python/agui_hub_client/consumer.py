@@ -254,6 +254,7 @@ class Consumer:
                 max_size=self.max_size,
                 options=self.connect_options,
             )
+        self._http_runs.url = url  # runs go to the node this consumer is connected to
         self.mirror.connected(resumed=since is not None)
         self._on_step(self.mirror.receive({"type": "CUSTOM", "name": WELCOME, "value": welcome}))
         return ws

@@ -152,21 +152,21 @@ async def open_stream(
             response = await request(where, "GET", headers=sent, timeout=open_timeout)
             try:
                 stream = await _started(where, response, max_size, idle_timeout)
-                first = unpack(await stream.recv())
-            except EOFError as exc:
-                raise HandshakeFailed(
-                    f"the stream ended before hub.welcome: {exc}", retryable=True
-                ) from None
-            except ValueError as exc:
-                raise HandshakeFailed(f"the hub's first frame is not an object: {exc}") from None
+                data = await stream.recv()
             except BaseException:
                 response.close()
                 raise
     except ProtocolError as exc:
         message = f"{where} did not answer as HTTP/1.1 should: {exc}"
         raise HandshakeFailed(message, retryable=True) from None
+    except EOFError as exc:
+        message = f"the stream ended before hub.welcome: {exc}"
+        raise HandshakeFailed(message, retryable=True) from None
     try:
-        return stream, welcome_value(first)
+        return stream, welcome_value(unpack(data))
+    except ValueError as exc:
+        stream.abort()
+        raise HandshakeFailed(f"the hub's first frame is not an object: {exc}") from None
     except BaseException:
         stream.abort()
         raise

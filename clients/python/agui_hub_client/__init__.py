@@ -2,7 +2,13 @@
 that publishes AG-UI events to it."""
 
 from agui_hub_client.consumer import Consumer
-from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed, RunError
+from agui_hub_client.errors import (
+    ClientError,
+    ConnectionLost,
+    HandshakeFailed,
+    ProtocolError,
+    RunError,
+)
 from agui_hub_client.mirror import Mirror, Step
 from agui_hub_client.producer import Producer
 
@@ -13,6 +19,7 @@ __all__ = [
     "HandshakeFailed",
     "Mirror",
     "Producer",
+    "ProtocolError",
     "RunError",
     "Step",
 ]

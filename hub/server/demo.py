@@ -4,12 +4,9 @@ The agent is a real AG-UI HTTP endpoint (hub.server.demo_agent) on a free loopba
 the hub is configured to call it (``--agent demo=http://127.0.0.1:PORT/agent``): every change
 the agent makes is a run the hub starts with ``hub.run``. The clock is a consumer that starts
 one every interval (a writing step); people start one by sending a message from the document
-page (a reply, streamed into every tab). The watcher is a real consumer that mirrors the thread
-by applying every delta itself and prints what it holds, so a newcomer sees the hub working in
-the terminal.
-
-:func:`demo_agent` is the same writer as a WebSocket producer on the hub's agent endpoint, for
-a hub that does not call agents over HTTP.
+page (a reply, streamed into every tab). The watcher is a real consumer that keeps its own copy
+of the thread with the hub's own code and prints what it holds, so a newcomer sees the hub
+working in the terminal.
 """
 
 from __future__ import annotations
@@ -19,38 +16,31 @@ import contextlib
 import dataclasses
 import json
 import logging
-import random
 from asyncio import FIRST_COMPLETED
 from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import WebSocketException
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
-from hub.core.messages import MessageLog
-from hub.core.patch import Document, apply_patch
+from hub.core.thread import Thread
 from hub.server.app import HubServer
 from hub.server.config import AgentTarget, Config
 from hub.server.demo_agent import (
-    MAX_MESSAGES,
     MAX_POINTS,
     MAX_SECTIONS,
     AgentServer,
     DemoAgent,
-    Writer,
-    fresh_state,
-    usable,
 )
 
 __all__ = [
     "AGENT",
-    "MAX_MESSAGES",
     "MAX_POINTS",
     "MAX_SECTIONS",
     "THREAD",
+    "Watcher",
     "clock",
-    "demo_agent",
     "run_demo",
     "seed_board",
     "watcher",
@@ -60,128 +50,78 @@ T = TypeVar("T")
 THREAD = "demo"
 #: The name the hub knows the demo agent by (``hub.run`` ``agent``).
 AGENT = "demo"
-#: Agent steps per run of the WebSocket producer.
-STEPS_PER_RUN = 3
 
 
-def _event(kind: str, **fields: Any) -> str:
-    return json.dumps({"type": kind, **fields})
+class Watcher:
+    """A consumer's copy of thread ``demo``, kept by the hub's own code.
 
+    The copy is a :class:`~hub.core.thread.Thread`, the hub's authoritative copy of a thread
+    (built on hub.core's patch, messages and streaming, the pieces the Python client's mirror
+    uses): every event the hub sends, its join and repair frames included, is published into it
+    and applied by the very rules the hub's thread applied it with. ``seq`` is the hub's
+    position of the last event taken. An event out of order (a gap) or one the copy refuses
+    means the copy can no longer follow: :meth:`receive` says so, and the watcher joins again.
+    """
 
-async def demo_agent(url: str, *, interval: float, steps: int | None = None) -> None:
-    """Keep writing the shared document on thread ``demo``: sections, status, a series.
+    def __init__(self) -> None:
+        #: Why the copy last stopped following, or None.
+        self.lost: str | None = None
+        self.reset()
 
-    Each step is a ``STATE_DELTA`` and a streamed assistant message; every run ends with a
-    ``MESSAGES_SNAPSHOT`` keeping the last few messages, so the thread stays small however
-    long the demo runs. ``steps`` bounds the number of steps (tests)."""
-    rng = random.Random(7)
-    budget = _Budget(steps)
-    while budget.left:
-        async with connect(url) as ws:
-            await _session(ws, rng, interval, budget)
+    def reset(self) -> None:
+        """Start again from nothing, for a fresh join."""
+        self.copy = Thread(THREAD, "", retention=1)
+        self.seq = 0
 
-
-class _Budget:
-    """Steps left to take: None for no end."""
-
-    def __init__(self, steps: int | None) -> None:
-        self.steps = steps
-
-    @property
-    def left(self) -> bool:
-        return self.steps is None or self.steps > 0
-
-    def take(self) -> bool:
-        if self.steps is None:
-            return True
-        if self.steps <= 0:
+    def receive(self, frame: dict[str, Any]) -> bool:
+        """Take one frame the hub sent; False if the copy can no longer follow."""
+        position = (frame.get("metadata") or {}).get("hub")
+        if not isinstance(position, dict) or not isinstance(position.get("seq"), int):
+            return True  # a control frame (hub.welcome, hub.heartbeat...), not a thread event
+        seq: int = position["seq"]
+        if not position.get("sync") and seq != self.seq + 1:
+            self.lost = f"seq {seq} after {self.seq}"
             return False
-        self.steps -= 1
+        outcome = self.copy.publish(frame)
+        if outcome.error is not None:
+            self.lost = f"{frame.get('type')} at seq {seq}: {outcome.error.message}"
+            return False
+        self.seq = seq
         return True
 
-
-async def _session(
-    ws: ClientConnection, rng: random.Random, interval: float, budget: _Budget
-) -> None:
-    """One connection: write until the steps run out or the hub refuses a patch."""
-    welcome = json.loads(await ws.recv())["value"]
-    refused = asyncio.Event()
-
-    async def read() -> None:
-        # Acks and errors keep coming; read them so the socket never backs up.
-        async for raw in ws:
-            frame = json.loads(raw)
-            if frame.get("name") == "hub.error" and frame["value"].get("code") == "patch_failed":
-                refused.set()
-
-    reader = asyncio.create_task(read())
-    try:
-        state = welcome["input"]["state"]
-        writer = Writer(state if usable(state) else fresh_state(), rng)
-        run_no = 0
-        while not refused.is_set() and budget.left:
-            run_no += 1
-            run_id = f"demo-run-{welcome['seq']}-{run_no}"
-            await ws.send(_event("RUN_STARTED", threadId=THREAD, runId=run_id))
-            if not usable(state):
-                state = writer.state
-                await ws.send(_event("STATE_SNAPSHOT", snapshot=state))
-            for _ in range(STEPS_PER_RUN):
-                if not budget.take():
-                    break
-                ops, said = writer.step()
-                await ws.send(_event("STATE_DELTA", delta=ops))
-                message_id = f"msg-{run_id}-{writer.state['status']['step']}"
-                await ws.send(_event("TEXT_MESSAGE_START", messageId=message_id, role="assistant"))
-                content = ""
-                for word in said.split():
-                    content += word + " "
-                    await ws.send(
-                        _event("TEXT_MESSAGE_CONTENT", messageId=message_id, delta=word + " ")
-                    )
-                    await asyncio.sleep(interval / 10)
-                await ws.send(_event("TEXT_MESSAGE_END", messageId=message_id))
-                writer.said(message_id, content)
-                await asyncio.sleep(interval)
-            await ws.send(_event("MESSAGES_SNAPSHOT", messages=writer.messages))
-            await ws.send(_event("RUN_FINISHED", threadId=THREAD, runId=run_id))
-    finally:
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reader
+    def line(self) -> str:
+        """What the copy holds, in one line."""
+        state = self.copy.state if isinstance(self.copy.state, dict) else {}
+        titles = [s.get("title") for s in state.get("sections", []) if isinstance(s, dict)]
+        return (
+            f"watcher: seq={self.seq} sections={titles} counters={state.get('counters')} "
+            f"messages={len(self.copy.messages)}"
+        )
 
 
-async def watcher(url: str, *, every: float = 2.0) -> None:
-    """A consumer that mirrors the thread itself and prints a line every ``every`` seconds."""
-    doc = Document({})
-    messages = MessageLog()
-    seq = 0
-    async with connect(url) as ws:
-        loop = asyncio.get_running_loop()
-        last = loop.time()
-        async for raw in ws:
-            event = json.loads(raw)
-            seq = (event.get("metadata") or {}).get("hub", {}).get("seq", seq)
-            kind = event["type"]
-            if kind == "STATE_SNAPSHOT":
-                doc.root = event["snapshot"]
-            elif kind == "STATE_DELTA":
-                apply_patch(doc, event["delta"])
-            elif kind == "MESSAGES_SNAPSHOT":
-                messages.replace_all(event["messages"])
-            elif kind == "TEXT_MESSAGE_START":
-                messages.start_text(event["messageId"], event.get("role") or "assistant")
-            elif kind == "TEXT_MESSAGE_CONTENT":
-                messages.append_text(event["messageId"], event["delta"])
-            if loop.time() - last >= every:
-                last = loop.time()
-                state = doc.root if isinstance(doc.root, dict) else {}
-                titles = [s["title"] for s in state.get("sections", [])]
-                print(
-                    f"watcher: seq={seq} sections={titles} counters={state.get('counters')} "
-                    f"messages={len(messages)}",
-                    flush=True,
-                )
+async def watcher(url: str, *, every: float = 2.0, watch: Watcher | None = None) -> None:
+    """A consumer that keeps a :class:`Watcher` copy of the thread and prints its line every
+    ``every`` seconds; when the copy can no longer follow, it joins again with a fresh copy.
+    ``watch`` is the copy to start with (tests read it). Ends when the hub closes the
+    connection."""
+    watch = watch or Watcher()
+    loop = asyncio.get_running_loop()
+    last = loop.time()
+    while True:
+        async with connect(url) as ws:
+            try:
+                async for raw in ws:
+                    if not watch.receive(json.loads(raw)):
+                        break
+                    if loop.time() - last >= every:
+                        last = loop.time()
+                        print(watch.line(), flush=True)
+                else:
+                    return
+            except ConnectionClosed:
+                return
+        print(f"watcher: the copy stopped following ({watch.lost}); joining again", flush=True)
+        watch.reset()
 
 
 def sample_receipts(now: datetime) -> list[dict[str, Any]]:

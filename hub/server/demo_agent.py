@@ -69,8 +69,6 @@ MAX_SECTIONS = 6
 ROLL_EVERY = 12
 #: Points kept in the dashboard's series.
 MAX_POINTS = 30
-#: Messages the WebSocket producer (hub.server.demo.demo_agent) keeps in the thread.
-MAX_MESSAGES = 6
 #: What a run's MESSAGES_SNAPSHOT keeps: the conversation (people's messages and the replies)
 #: and the agent's notes about its writing steps (messages whose id starts with NOTE).
 MAX_CONVERSATION = 12
@@ -129,7 +127,6 @@ class Writer:
     def __init__(self, state: dict[str, Any], rng: random.Random) -> None:
         self.state = state
         self.rng = rng
-        self.messages: list[dict[str, Any]] = []
         last = state["series"][-1] if state["series"] else None
         self.value = last if isinstance(last, int) else 50
 
@@ -213,10 +210,6 @@ class Writer:
         counters = {"edits": step, "words": _words(sections), "sections": len(sections)}
         self.state["counters"] = counters
         return {"op": "replace", "path": "/counters", "value": counters}
-
-    def said(self, message_id: str, content: str) -> None:
-        self.messages.append({"id": message_id, "role": "assistant", "content": content})
-        del self.messages[:-MAX_MESSAGES]
 
 
 def _words(sections: list[dict[str, Any]]) -> int:

@@ -1,18 +1,30 @@
-"""`agui-hub demo`, the README's first command, shows the hub working."""
+"""`agui-hub demo`, the README's first command, shows the hub working: the hub runs the demo
+agent (a real AG-UI HTTP endpoint) whenever the clock or a person asks, and the watcher's copy
+of the thread is the hub's."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from support import ROOT, Client, HubProcess
 
-from hub.server.demo import MAX_MESSAGES, MAX_POINTS, MAX_SECTIONS, demo_agent
+from hub.server.demo import (
+    AGENT,
+    MAX_POINTS,
+    MAX_SECTIONS,
+    THREAD,
+    Watcher,
+    clock,
+    watcher,
+)
+from hub.server.demo_agent import MAX_NOTES, NOTE, AgentServer, DemoAgent, fresh_state
 
 
 def test_the_demo_agent_edits_and_the_watcher_mirrors_it() -> None:
@@ -41,12 +53,27 @@ def test_the_demo_agent_edits_and_the_watcher_mirrors_it() -> None:
     assert re.search(r"the demo pages:\s+http://127\.0\.0\.1:\d+/demo/", done.stdout)
     seqs = [int(s) for s in re.findall(r"watcher: seq=(\d+) sections=\['", done.stdout)]
     assert seqs and seqs[-1] > seqs[0] > 0, done.stdout  # the document keeps changing
+    assert "stopped following" not in done.stdout  # the watcher's copy took every event
 
 
 @pytest.fixture
-def hub(start_hub: Callable[..., HubProcess]) -> HubProcess:
-    """A hub that lets the agent run at test speed (past the default 200 events/s)."""
-    return start_hub("--limit", "events_per_second=100000", "--limit", "events_burst=100000")
+async def agent() -> AsyncIterator[AgentServer]:
+    """The demo agent on a free loopback port, its replies streamed without a pause."""
+    server = await AgentServer(DemoAgent(word_delay=0)).start()
+    yield server
+    await server.close()
+
+
+def hub_calling(start_hub: Callable[..., HubProcess], agent: AgentServer) -> HubProcess:
+    """A hub that runs ``agent`` as the demo's agent, at test speed (past the default 200
+    events/s), as ``agui-hub demo`` configures its own."""
+    limits = ["--limit", "events_per_second=100000", "--limit", "events_burst=100000"]
+    return start_hub("--agent", f"{AGENT}={agent.url}", *limits)
+
+
+@pytest.fixture
+def hub(start_hub: Callable[..., HubProcess], agent: AgentServer) -> HubProcess:
+    return hub_calling(start_hub, agent)
 
 
 def _check_document(state: dict[str, Any]) -> None:
@@ -59,79 +86,152 @@ def _check_document(state: dict[str, Any]) -> None:
     assert all(isinstance(v, int) for v in state["series"])
 
 
-async def test_the_demo_agent_writes_a_bounded_document_with_sections_and_a_series(
-    hub: HubProcess,
+async def tick(hub: HubProcess, runs: int) -> None:
+    """The demo's clock, for ``runs`` runs without a pause: each ends before the next."""
+    await asyncio.wait_for(clock(f"{hub.ws}/v1/threads/{THREAD}", interval=0, runs=runs), 60)
+
+
+async def edit(hub: HubProcess, delta: list[dict[str, Any]]) -> None:
+    """A person's edit, as the demo pages send it, seen applied."""
+    consumer = await Client.open(f"{hub.ws}/v1/threads/{THREAD}")
+    # Edit what the hub sent (an edit sent before the join snapshot is folded into it).
+    await consumer.recv_until(lambda e: e.get("type") == "STATE_SNAPSHOT")
+    event = {"type": "STATE_DELTA", "delta": delta}
+    await consumer.send({"type": "hub.publish", "base": hub.thread(THREAD)["seq"], "event": event})
+    await consumer.recv_until(lambda e: e.get("type") == "STATE_DELTA" and e["delta"] == delta)
+    await consumer.close()
+
+
+async def until(holds: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not holds():
+        assert asyncio.get_running_loop().time() < deadline, "never held"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_clock_has_the_agent_write_a_bounded_document_with_sections_and_a_series(
+    hub: HubProcess, agent: AgentServer
 ) -> None:
-    await asyncio.wait_for(
-        demo_agent(f"{hub.ws}/v1/threads/demo/agent", interval=0.01, steps=40), 30
-    )
-    view = hub.thread("demo")
+    await tick(hub, 40)
+    assert agent.runs == 40  # every change is a run the hub had the agent take
+    view = hub.thread(THREAD)
     _check_document(view["state"])
     assert view["state"]["status"]["step"] == 40
     assert len(view["state"]["series"]) == MAX_POINTS  # older points roll off
-    assert len(view["messages"]) <= MAX_MESSAGES  # a MESSAGES_SNAPSHOT ends every run
+    # A MESSAGES_SNAPSHOT ends every run: the thread keeps the last notes, not all 40.
+    assert len(view["messages"]) == MAX_NOTES
+    assert all(m["id"].startswith(NOTE) for m in view["messages"])
     assert view["run"] is None
 
 
 async def test_people_editing_sections_do_not_stop_the_agent(hub: HubProcess) -> None:
-    url = f"{hub.ws}/v1/threads/demo/agent"
-    await asyncio.wait_for(demo_agent(url, interval=0.01, steps=3), 30)
-    consumer = await Client.open(f"{hub.ws}/v1/threads/demo")
-    # Edit what the hub sent (an edit sent before the join snapshot is folded into it).
-    await consumer.recv_until(lambda e: e.get("type") == "STATE_SNAPSHOT")
-    first = hub.thread("demo")["state"]["sections"][0]
-    await consumer.send(
-        {
-            "type": "hub.publish",
-            "base": hub.thread("demo")["seq"],
-            "event": {
-                "type": "STATE_DELTA",
-                "delta": [
-                    {"op": "test", "path": "/sections/0/id", "value": first["id"]},
-                    {"op": "replace", "path": "/sections/0/text", "value": "Edited by a person."},
-                    {"op": "replace", "path": "/title", "value": "Our document"},
-                ],
-            },
-        }
+    await tick(hub, 3)
+    first = hub.thread(THREAD)["state"]["sections"][0]
+    await edit(
+        hub,
+        [
+            {"op": "test", "path": "/sections/0/id", "value": first["id"]},
+            {"op": "replace", "path": "/sections/0/text", "value": "Edited by a person."},
+            {"op": "replace", "path": "/title", "value": "Our document"},
+        ],
     )
-    await consumer.recv_until(lambda e: e.get("type") == "STATE_DELTA")
     # The agent starts from the thread's state (people's edits included) and keeps writing.
-    await asyncio.wait_for(demo_agent(url, interval=0.01, steps=3), 30)
-    state = hub.thread("demo")["state"]
+    await tick(hub, 3)
+    state = hub.thread(THREAD)["state"]
     _check_document(state)
     assert state["status"]["step"] == 6
+    assert len(state["sections"]) == 6
     assert state["title"] == "Our document"
     assert state["sections"][0] == {**first, "text": "Edited by a person."}
 
 
-async def test_a_reshaped_state_makes_the_agent_reconnect_and_start_afresh(
-    hub: HubProcess,
-) -> None:
-    url = f"{hub.ws}/v1/threads/demo/agent"
-    agent = asyncio.create_task(demo_agent(url, interval=0.05, steps=12))
-    consumer = await Client.open(f"{hub.ws}/v1/threads/demo")
-    await consumer.recv_until(lambda e: e.get("type") == "STATE_DELTA", timeout=10)
-    # Someone breaks what the agent appends to: its next patch is refused, so it reconnects,
-    # finds a state it cannot continue, and starts the document afresh.
-    await consumer.send(
-        {
-            "type": "hub.publish",
-            "base": 0,
-            "event": {
-                "type": "STATE_DELTA",
-                "delta": [{"op": "replace", "path": "/series", "value": "broken"}],
-            },
-        }
-    )
-    broken = {"op": "replace", "path": "/series", "value": "broken"}
-    await consumer.recv_until(
-        lambda e: e.get("type") == "STATE_DELTA" and broken in e["delta"], timeout=10
-    )
-    await asyncio.wait_for(agent, 30)
-    state = hub.thread("demo")["state"]
+async def test_a_reshaped_state_makes_the_agent_start_afresh(hub: HubProcess) -> None:
+    await tick(hub, 3)
+    # Someone breaks what the agent appends to: its next run finds a state it cannot
+    # continue, and starts the document afresh (a STATE_SNAPSHOT) instead of failing.
+    await edit(hub, [{"op": "replace", "path": "/series", "value": "broken"}])
+    await tick(hub, 2)
+    view = hub.thread(THREAD)
+    state = view["state"]
     _check_document(state)
-    assert state["status"]["step"] < 12  # counted again from a fresh document
-    assert hub.metric("agui_hub_connections", role="producer") == 0
+    assert state["status"]["step"] == 2  # counted again from a fresh document
+    assert len(state["series"]) == 2
+    assert [s["id"] for s in state["sections"]] == ["s1", "s2"]
+    assert state["title"] == fresh_state()["title"]
+    assert view["run"] is None
+
+
+async def test_the_watcher_holds_what_the_hub_holds(
+    start_hub: Callable[..., HubProcess], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The watcher joins while a person's reply is streaming (a join re-opens it), then follows
+    the clock's runs; its copy, kept by the hub's own code, ends equal to the hub's."""
+    agent = await AgentServer(DemoAgent(word_delay=0.1)).start()
+    try:
+        hub = hub_calling(start_hub, agent)
+        await tick(hub, 2)
+        person = await Client.open(f"{hub.ws}/v1/threads/{THREAD}")
+        ask = {"id": "u1", "role": "user", "content": "What is in the document?"}
+        await person.send({"type": "hub.run", "agent": AGENT, "messages": [ask]})
+        opened = await person.recv_until(lambda e: e.get("name") == "hub.run")
+        run_id = opened[-1]["value"]["runId"]
+        reply_id = f"reply-{run_id}"
+        await person.recv_until(
+            lambda e: e.get("type") == "TEXT_MESSAGE_CONTENT" and e["messageId"] == reply_id
+        )
+        watch = Watcher()
+        following = asyncio.create_task(
+            watcher(f"{hub.ws}/v1/threads/{THREAD}", every=0, watch=watch)
+        )
+        try:
+            await until(lambda: watch.seq > 0)  # its join, while the reply (3 s) streams
+            assert watch.copy.run_id == run_id
+            assert f"text:{reply_id}" in watch.copy.open, watch.copy.open
+            await person.recv_until(
+                lambda e: e.get("type") == "RUN_FINISHED" and e["runId"] == run_id
+            )
+            await person.close()
+            await tick(hub, 2)
+            view = hub.thread(THREAD)
+            await until(lambda: watch.seq >= view["seq"])
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+    finally:
+        await agent.close()
+    assert watch.lost is None
+    assert watch.seq == view["seq"]
+    assert watch.copy.state == view["state"]
+    assert watch.copy.messages.items == view["messages"]
+    assert watch.copy.run_id is None
+    reply = next(m for m in view["messages"] if m["id"] == reply_id)
+    assert reply["content"].startswith("You said “What is in the document?”.")
+    assert view["state"]["status"]["step"] == 4
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and lines[-1] == watch.line()
+    assert watch.line().startswith(f"watcher: seq={view['seq']} sections=['")
+
+
+def test_the_watcher_does_not_skip_or_force_an_event() -> None:
+    """A copy that missed an event, or is handed one it cannot take, says it can no longer
+    follow (the watcher then joins again) rather than holding something the hub does not."""
+
+    def at(seq: int, **event: Any) -> dict[str, Any]:
+        return {**event, "metadata": {"hub": {"seq": seq, "epoch": "e"}}}
+
+    watch = Watcher()
+    assert watch.receive({"type": "CUSTOM", "name": "hub.welcome", "value": {"seq": 0}})
+    assert watch.receive(at(1, type="STATE_SNAPSHOT", snapshot=fresh_state()))
+    assert not watch.receive(at(3, type="STATE_DELTA", delta=[]))  # seq 2 never came
+    assert watch.lost == "seq 3 after 1"
+    assert watch.seq == 1
+    content = at(2, type="TEXT_MESSAGE_CONTENT", messageId="m1", delta="hi")
+    assert not watch.receive(content)  # no message m1 is open
+    assert watch.lost is not None and watch.lost.startswith("TEXT_MESSAGE_CONTENT at seq 2")
+    assert len(watch.copy.messages) == 0 and watch.seq == 1
+    watch.reset()
+    assert watch.seq == 0 and watch.copy.state == {}
 
 
 async def test_the_demo_seeds_the_operator_board_through_the_receipts_endpoint(

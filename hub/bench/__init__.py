@@ -10,7 +10,8 @@ port in a subprocess, hold the consumers in separate worker processes, and stop 
 they started by PID, also on error. ``--quick`` shrinks every size for a smoke run.
 
 ``python -m hub.bench cluster`` measures two nodes sharing one Redis instead: see
-:mod:`hub.bench.cluster_report`.
+:mod:`hub.bench.cluster_report`; ``python -m hub.bench chaos`` breaks three of them on a
+schedule under load: see :mod:`hub.bench.chaos`.
 """
 
 from __future__ import annotations
@@ -277,6 +278,10 @@ def cli(argv: Sequence[str] | None = None) -> int:
         from hub.bench import cluster_report
 
         return cluster_report.cli(args_list[1:])
+    if args_list[:1] == ["chaos"]:
+        from hub.bench import chaos
+
+        return chaos.cli(args_list[1:])
     if args_list[:1] == ["receipts"]:
         from hub.receipts.bench import main as receipts_bench
 
@@ -284,7 +289,8 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hub.bench",
         description=__doc__,
-        epilog="python -m hub.bench cluster [--quick] ...: two nodes on Redis (see --help there)",
+        epilog="python -m hub.bench cluster [--quick] ...: two nodes on Redis (see --help there); "
+        "python -m hub.bench chaos [--quick]: faults on a schedule under load",
     )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--consumers", type=int, help="consumers for figures 2-4")

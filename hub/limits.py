@@ -203,7 +203,11 @@ class Limits:
     def check_state(self, state: object) -> None:
         """Depth first (cheap, stops early), then the compact JSON size."""
         check_depth(state, self.max_depth)
-        if json_size(state, stop_after=self.max_state_bytes) > self.max_state_bytes:
+        self.check_state_size(json_size(state, stop_after=self.max_state_bytes))
+
+    def check_state_size(self, size: int) -> None:
+        """``state_too_large`` for a state of ``size`` bytes (compact JSON) past the limit."""
+        if size > self.max_state_bytes:
             raise LimitExceeded(
                 STATE_TOO_LARGE,
                 f"the state would be larger than {self.max_state_bytes} bytes",

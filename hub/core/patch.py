@@ -78,12 +78,46 @@ def _check_pointer(op: dict[str, Json], member: str, i: int) -> None:
 
 
 class Document:
-    """A JSON document whose root may itself be replaced by a patch."""
+    """A JSON document whose root may itself be replaced by a patch.
 
-    __slots__ = ("root",)
+    ``size`` is the document's size as compact JSON when somebody measured it (None until
+    then, and again whenever the root is replaced); while it is known, every patch keeps it
+    exact, at the cost of sizing what each operation inserts or takes away (see
+    :func:`patched_size`). The hub's guard measures it only near the state size limit."""
+
+    __slots__ = ("_root", "size", "size_of")
 
     def __init__(self, root: Json) -> None:
-        self.root = root
+        self._root = root
+        self.size: int | None = None
+        #: How a value's size is measured (set with ``size``: hub.limits.json_size).
+        self.size_of: Callable[[Json], int] | None = None
+
+    @property
+    def root(self) -> Json:
+        return self._root
+
+    @root.setter
+    def root(self, value: Json) -> None:
+        self._root = value
+        self.size = None
+
+    def measured(self, size: int, size_of: Callable[[Json], int]) -> None:
+        """The document is ``size`` bytes as measured by ``size_of``: keep that exact."""
+        self.size, self.size_of = size, size_of
+
+
+class _Meter:
+    """A document's size, followed through a patch's steps."""
+
+    __slots__ = ("size", "size_of")
+
+    def __init__(self, size: int, size_of: Callable[[Json], int]) -> None:
+        self.size = size
+        self.size_of = size_of
+
+    def key(self, key: str) -> int:
+        return self.size_of(key) + 1  # "key":
 
 
 def apply_patch(doc: Document, ops: list[dict[str, Json]]) -> None:
@@ -92,10 +126,13 @@ def apply_patch(doc: Document, ops: list[dict[str, Json]]) -> None:
     Raises :class:`PatchFailed` and leaves ``doc`` untouched if any operation fails.
     """
     journal: list[Undo] = []
+    meter = None
+    if doc.size is not None and doc.size_of is not None:
+        meter = _Meter(doc.size, doc.size_of)
     try:
         for i, op in enumerate(ops):
             try:
-                _apply_one(doc, op, journal)
+                _apply_one(doc, op, journal, meter)
             except PatchFailed as exc:
                 raise PatchFailed(
                     f"operation {i} ({op['op']} {op['path']}): {exc.message}"
@@ -104,6 +141,27 @@ def apply_patch(doc: Document, ops: list[dict[str, Json]]) -> None:
         for undo in reversed(journal):
             undo()
         raise
+    if meter is not None:
+        doc.size = meter.size
+
+
+def patched_size(
+    doc: Document, ops: list[dict[str, Json]], size: int, size_of: Callable[[Json], int]
+) -> int:
+    """The exact compact-JSON size ``doc`` (``size`` bytes now) would have after ``ops``, at a
+    cost proportional to what the patch touches, not to the document: the patch is applied in
+    place (nothing copied) while its size changes are added up, then undone.
+
+    Raises :class:`PatchFailed` if it does not apply; ``doc`` is unchanged either way."""
+    journal: list[Undo] = []
+    meter = _Meter(size, size_of)
+    try:
+        for op in ops:
+            _apply_one(doc, op, journal, meter, own=False)
+        return meter.size
+    finally:
+        for undo in reversed(journal):
+            undo()
 
 
 def _parts(pointer: str) -> list[str]:
@@ -144,11 +202,15 @@ def _index(array: list[Json], part: str, *, allow_end: bool) -> int:
     return index
 
 
-def _add(doc: Document, parts: list[str], value: Json, journal: list[Undo]) -> None:
+def _add(
+    doc: Document, parts: list[str], value: Json, journal: list[Undo], meter: _Meter | None
+) -> None:
     if not parts:
-        old = doc.root
-        doc.root = value
-        journal.append(lambda: setattr(doc, "root", old))
+        old = doc._root
+        doc._root = value
+        journal.append(lambda: setattr(doc, "_root", old))
+        if meter is not None:
+            meter.size = meter.size_of(value)
         return
     parent = _resolve(doc, parts[:-1])
     key = parts[-1]
@@ -157,18 +219,24 @@ def _add(doc: Document, parts: list[str], value: Json, journal: list[Undo]) -> N
             previous = parent[key]
             parent[key] = value
             journal.append(lambda: parent.__setitem__(key, previous))
+            if meter is not None:
+                meter.size += meter.size_of(value) - meter.size_of(previous)
         else:
+            if meter is not None:
+                meter.size += meter.key(key) + meter.size_of(value) + (1 if parent else 0)
             parent[key] = value
             journal.append(lambda: parent.__delitem__(key))
     elif isinstance(parent, list):
         index = _index(parent, key, allow_end=True)
+        if meter is not None:
+            meter.size += meter.size_of(value) + (1 if parent else 0)
         parent.insert(index, value)
         journal.append(lambda: parent.__delitem__(index))
     else:
         raise PatchFailed(f"cannot add into a {type(parent).__name__}")
 
 
-def _remove(doc: Document, parts: list[str], journal: list[Undo]) -> Json:
+def _remove(doc: Document, parts: list[str], journal: list[Undo], meter: _Meter | None) -> Json:
     if not parts:
         raise PatchFailed("cannot remove the whole document")
     parent = _resolve(doc, parts[:-1])
@@ -178,18 +246,24 @@ def _remove(doc: Document, parts: list[str], journal: list[Undo]) -> Json:
             raise PatchFailed(f"no member {key!r}")
         value = parent.pop(key)
         journal.append(lambda: parent.__setitem__(key, value))
+        if meter is not None:
+            meter.size -= meter.key(key) + meter.size_of(value) + (1 if parent else 0)
         return value
     if isinstance(parent, list):
         index = _index(parent, key, allow_end=False)
         value = parent.pop(index)
         journal.append(lambda: parent.insert(index, value))
+        if meter is not None:
+            meter.size -= meter.size_of(value) + (1 if parent else 0)
         return value
     raise PatchFailed(f"cannot remove from a {type(parent).__name__}")
 
 
-def _replace(doc: Document, parts: list[str], value: Json, journal: list[Undo]) -> None:
+def _replace(
+    doc: Document, parts: list[str], value: Json, journal: list[Undo], meter: _Meter | None
+) -> None:
     if not parts:
-        _add(doc, parts, value, journal)
+        _add(doc, parts, value, journal, meter)
         return
     parent = _resolve(doc, parts[:-1])
     key = parts[-1]
@@ -206,6 +280,8 @@ def _replace(doc: Document, parts: list[str], value: Json, journal: list[Undo]) 
         journal.append(lambda: parent.__setitem__(index, previous))
     else:
         raise PatchFailed(f"cannot replace in a {type(parent).__name__}")
+    if meter is not None:
+        meter.size += meter.size_of(value) - meter.size_of(previous)
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -216,21 +292,31 @@ def _own(value: Json) -> Json:
     return value if type(value) in _SCALARS else copy.deepcopy(value)
 
 
-def _apply_one(doc: Document, op: dict[str, Json], journal: list[Undo]) -> None:
+def _apply_one(
+    doc: Document,
+    op: dict[str, Json],
+    journal: list[Undo],
+    meter: _Meter | None = None,
+    *,
+    own: bool = True,
+) -> None:
+    """One operation. ``own``: copy what it inserts (not when measuring, where the patch is
+    undone before anybody sees it)."""
     name = op["op"]
     parts = _parts(op["path"])
     if name == "add":
-        _add(doc, parts, _own(op["value"]), journal)
+        _add(doc, parts, _own(op["value"]) if own else op["value"], journal, meter)
     elif name == "remove":
-        _remove(doc, parts, journal)
+        _remove(doc, parts, journal, meter)
     elif name == "replace":
-        _replace(doc, parts, _own(op["value"]), journal)
+        _replace(doc, parts, _own(op["value"]) if own else op["value"], journal, meter)
     elif name == "test":
         if not json_equal(_resolve(doc, parts), op["value"]):
             raise PatchFailed("test failed: the value differs")
     elif name == "copy":
+        # Copied even when measuring: the copy may land inside what it copies.
         value = copy.deepcopy(_resolve(doc, _parts(op["from"])))
-        _add(doc, parts, value, journal)
+        _add(doc, parts, value, journal, meter)
     elif name == "move":
         source = _parts(op["from"])
         if source == parts:
@@ -238,8 +324,8 @@ def _apply_one(doc: Document, op: dict[str, Json], journal: list[Undo]) -> None:
             return
         if parts[: len(source)] == source:
             raise PatchFailed("cannot move a value into one of its own children")
-        value = _remove(doc, source, journal)
-        _add(doc, parts, value, journal)
+        value = _remove(doc, source, journal, meter)
+        _add(doc, parts, value, journal, meter)
     else:  # pragma: no cover - check_patch drops unknown ops
         raise PatchFailed(f"unknown op {name!r}")
 

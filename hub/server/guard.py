@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpatch
 from jsonpointer import resolve_pointer
 
 from hub.auth import (
@@ -26,9 +25,9 @@ from hub.auth import (
     check_origin,
     tenant_key,
 )
-from hub.core.patch import check_op
+from hub.core.patch import check_op, patched_size
 from hub.core.thread import Thread
-from hub.errors import Forbidden, LimitExceeded, MalformedPatch, PeerError
+from hub.errors import Forbidden, LimitExceeded, MalformedPatch, PatchFailed, PeerError
 from hub.limits import (
     TOO_MANY_MESSAGES,
     TokenBucket,
@@ -259,6 +258,7 @@ class Guard:
         found: list[str] = []
         full = False
         grows = 0
+        copies = False
         wellformed = True
         doc = thread.state
         limit = self.limits.max_depth
@@ -271,11 +271,17 @@ class Guard:
             self._check_op_depth(doc, op, limit)
             if scan and not full:
                 full = secrets.scan_op(op, found)
+            # What an op can add: its value, and a new member's key (quotes, colon, comma).
+            # A copy can add anything the state holds: only an exact measure bounds it.
             if "value" in op:
-                grows += json_size(op["value"])
+                grows += json_size(op["value"]) + _key_bound(op.get("path"))
+            elif op.get("op") == "copy":
+                copies = True
+            elif op.get("op") == "move":
+                grows += _key_bound(op.get("path"))
         if scan:
             self._secrets(thread, secrets.judge(found[: secrets.max_findings]))
-        self._check_growth(thread, ops, grows)
+        self._check_growth(thread, ops, grows, exact=copies)
         if wellformed:
             thread.trust_patch(ops)
 
@@ -306,13 +312,25 @@ class Guard:
         if isinstance(value, dict | list | tuple):  # a scalar is 0 deep: always within
             check_depth(value, max(0, limit - depth))
 
-    def _check_growth(self, thread: Thread, ops: list[dict[str, Any]], grows: int) -> None:
+    def _check_growth(
+        self, thread: Thread, ops: list[dict[str, Any]], grows: int, *, exact: bool = False
+    ) -> None:
         """The state size limit for a delta, without measuring the whole state each time: a
         patch can grow the state by at most what its ops carry (``grows``: the size of their
         values), so the hub keeps an upper bound and measures exactly only when the bound
         passes the limit, or every ``REMEASURE`` events (other nodes' deltas do not pass this
-        node's guard)."""
+        node's guard). Once measured near the limit, the thread's document keeps its size
+        exact through every patch (hub.core.patch), so a delta there costs what it touches,
+        never a copy or a walk of the state."""
         limit = self.limits.max_state_bytes
+        size = thread.doc.size
+        if size is not None:
+            if exact or size + grows > limit:
+                self._patched_size(thread, ops)  # raises state_too_large
+            return
+        if exact:  # a copy: measured exactly (from here on the size is kept)
+            self._patched_size(thread, ops)
+            return
         measured = self._sizes.get(thread)
         if measured is None or thread.seq - measured[0] > REMEASURE:
             measured = (thread.seq, json_size(thread.state, stop_after=limit + 1))
@@ -322,12 +340,17 @@ class Guard:
         self._sizes[thread] = (measured[0], bound)
 
     def _patched_size(self, thread: Thread, ops: list[dict[str, Any]]) -> int:
+        """The exact size of the state after ``ops``; ``state_too_large`` past the limit."""
+        doc = thread.doc
+        if doc.size is None:  # one walk, once: from here on every patch keeps it exact
+            doc.measured(json_size(thread.state), json_size)
+        assert doc.size is not None
         try:
-            patched = jsonpatch.apply_patch(thread.state, ops, in_place=False)
-        except Exception:
-            return json_size(thread.state)  # the core reports a patch that does not apply
-        self.limits.check_state(patched)
-        return json_size(patched)
+            size = patched_size(doc, ops, doc.size, json_size)
+        except (PatchFailed, MalformedPatch, KeyError, TypeError):
+            return doc.size  # the core reports a patch that does not apply
+        self.limits.check_state_size(size)
+        return size
 
     def _secrets(self, thread: Thread, found: list[str]) -> None:
         if found:
@@ -340,6 +363,14 @@ class Guard:
 
     def refused(self, code: str) -> None:
         self.metrics.inc("agui_hub_refused_total", code=code)
+
+
+def _key_bound(path: object) -> int:
+    """At most what a member named by ``path``'s last token adds besides its value: the key as
+    JSON (never longer than its pointer form's), a colon and a comma."""
+    if not isinstance(path, str):
+        return 0
+    return json_size(path.rpartition("/")[2]) + 2
 
 
 def _message_ids(event: dict[str, Any]) -> list[str]:

@@ -130,3 +130,72 @@ def test_a_copy_from_deep_in_the_state_counts_its_depth(thread: Thread) -> None:
     with pytest.raises(LimitExceeded):
         strict.check_event(thread, delta({"op": "copy", "from": "/a", "path": "/b/c"}))
     strict.check_event(thread, delta({"op": "copy", "from": "/a", "path": "/b"}))
+
+
+def test_near_the_state_limit_a_delta_costs_what_it_touches_and_the_limit_is_exact() -> None:
+    import tracemalloc
+
+    from hub.limits import json_size
+
+    limit = 1 << 20
+    g = guard(limits=Limits(max_state_bytes=limit, max_frame_bytes=1 << 20))
+    t = Thread("t", "e")
+    rows = [f"{i:06d}" + "x" * 90 for i in range(10_000)]
+    state = {"rows": rows, "n": 0, "fill": ""}
+    state["fill"] = "f" * (limit - 40 - json_size(state))
+    t.publish({"type": "STATE_SNAPSHOT", "snapshot": state})
+    assert limit - json_size(t.state) == 40  # so near that the bound passes the limit at once
+
+    first = delta({"op": "replace", "path": "/n", "value": 1})
+    g.check_event(t, first)  # measures the state once (a walk, no copy)
+    t.publish(first)
+    tracemalloc.start()
+    try:
+        for n in range(2, 50):
+            event = delta({"op": "replace", "path": "/n", "value": n * 1000})
+            g.check_event(t, event)
+            t.publish(event)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # A copy of the state (per delta, before) takes over a megabyte; here the state is walked
+    # once, when the bound first passes the limit (its stack: a pointer per row), and from
+    # then on only what each op touches is sized.
+    assert peak < limit // 8, peak
+    assert t.doc.size == json_size(t.state)  # kept exact by every patch
+
+    # Exactly at the limit passes; one byte more is refused, and nothing changed.
+    room = limit - json_size(t.state)
+    fits = "y" * (room - len(',"pad":""'))
+    g.check_event(t, delta({"op": "add", "path": "/pad", "value": fits}))
+    with pytest.raises(LimitExceeded) as refused:
+        g.check_event(t, delta({"op": "add", "path": "/pad", "value": fits + "y"}))
+    assert refused.value.code == "state_too_large"
+    assert "pad" not in t.state and t.doc.size == json_size(t.state)
+
+
+def test_a_copy_cannot_carry_the_state_past_its_limit() -> None:
+    limit = 1 << 20
+    g = guard(limits=Limits(max_state_bytes=limit))
+    t = Thread("t", "e")
+    t.publish({"type": "STATE_SNAPSHOT", "snapshot": {"big": "b" * 600_000}})
+    # The op carries no value, so its growth is unbounded by what it holds: measured exactly.
+    with pytest.raises(LimitExceeded) as refused:
+        g.check_event(t, delta({"op": "copy", "from": "/big", "path": "/again"}))
+    assert refused.value.code == "state_too_large"
+    small = delta({"op": "copy", "from": "/big", "path": "/big"})  # the same size: fits
+    g.check_event(t, small)
+
+
+def test_new_keys_count_against_the_state_limit() -> None:
+    from hub.limits import json_size
+
+    limit = 4096
+    g = guard(limits=Limits(max_state_bytes=limit))
+    t = Thread("t", "e")
+    t.publish({"type": "STATE_SNAPSHOT", "snapshot": {"a": "x" * (limit - 200)}})
+    room = limit - json_size(t.state)
+    # A value that fits, under a key that does not: the key's bytes count too.
+    key = "k" * (room - 4)
+    with pytest.raises(LimitExceeded):
+        g.check_event(t, delta({"op": "add", "path": f"/{key}", "value": 1}))

@@ -50,9 +50,12 @@ log = logging.getLogger("agui_hub.redis")
 PREFIX = "agui:"
 #: Bytes naming the node before every message an append publishes.
 ORIGIN_BYTES = 8
-#: Seconds between attempts to get the bus back: doubling from the first to the last.
+#: Seconds between attempts to get the bus back: doubling from the first to the last (each
+#: jittered by 0.5-1.5x). The last stays short: until the bus is back, a node hears the threads
+#: it follows only through its log-head checks (every second or so), so its consumers lag; one
+#: refused connection per node every half second costs Redis nothing.
 RECONNECT_MIN = 0.05
-RECONNECT_MAX = 2.0
+RECONNECT_MAX = 0.5
 #: How long ``ping`` waits for Redis before calling the store down.
 PING_TIMEOUT = 1.0
 

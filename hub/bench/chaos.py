@@ -61,9 +61,6 @@ class Plan:
     long_outage: float = 10.0
     loss_seconds: float = 5.0
     stall_seconds: float = 8.0  # under the nodes' --slow-timeout (10 s)
-    #: The nodes' --consumer-buffer: small, so that a consumer that stops reading for a few
-    #: seconds has its backlog conflated into a snapshot (the default is 1 MiB).
-    consumer_buffer: int = 16 * 1024
     settle: float = 30.0  # seconds the end may take to settle
 
 
@@ -432,11 +429,10 @@ def run(plan: Plan) -> Result:
     """One chaos run on processes of its own, all stopped at the end."""
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(AofRedis())
-        args = ("--consumer-buffer", str(plan.consumer_buffer))
         nodes = [
-            Node("A", redis.url, *args),
-            Node("B", redis.url, *args),
-            Node("C", redis.url, *args, module="hub.bench.chaos_node"),
+            Node("A", redis.url),
+            Node("B", redis.url),
+            Node("C", redis.url, module="hub.bench.chaos_node"),
         ]
         for node in nodes:
             stack.callback(node.stop)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 #: Modules of the ``server`` extra (pyproject.toml), by import name.
-SERVER_MODULES = ("redis", "hiredis", "jwt", "cryptography", "httpx", "h11")
+SERVER_MODULES = ("redis", "hiredis", "jwt", "cryptography", "httpx", "h11", "prometheus_client")
 INSTALL_HINT = "pip install 'agui-hub[server]'"
 
 

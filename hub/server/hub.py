@@ -16,7 +16,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from hub.core.consumer import ConsumerView, resume, sync_frames
 from hub.core.thread import Event, Outcome, Thread
@@ -349,24 +349,21 @@ class Hub:
         if not channel.consumers:
             self.broker.left(channel)
 
-    def gauges(self) -> list[tuple[str, dict[str, str], float]]:
-        gauges: list[tuple[str, dict[str, str], float]] = [
-            ("agui_hub_threads", {}, float(len(self.channels))),
-            ("agui_hub_bus_subscriptions", {}, float(self.broker.subscriptions())),
+    def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """Scrape-time gauges: (name, HELP, labels, value)."""
+        return [
+            ("agui_hub_threads", "Threads loaded on this node.", {}, float(len(self.channels))),
+            (
+                "agui_hub_bus_subscriptions",
+                "Threads this node listens to on the bus.",
+                {},
+                float(self.broker.subscriptions()),
+            ),
         ]
-        consumers = 0
+
+    def consumer_lags(self) -> Iterator[int]:
+        """How many events each consumer on this node is behind its thread (by its acks)."""
         for channel in self.channels.values():
+            seq = channel.thread.seq
             for outbox in channel.consumers:
-                consumers += 1
-                gauges.append(
-                    (
-                        "agui_hub_consumer_lag",
-                        {
-                            "tenant": channel.key.partition("/")[0],
-                            "thread": channel.thread.thread_id,
-                            "consumer": outbox.ident,
-                        },
-                        float(channel.thread.seq - outbox.acked),
-                    )
-                )
-        return gauges
+                yield seq - outbox.acked

@@ -1,60 +1,151 @@
-"""Counters and gauges, rendered as Prometheus text. No client library: a dict does it."""
+"""The node's metrics, through ``prometheus-client``: counters, histograms, and gauges read at
+scrape time, each with HELP and TYPE; the process's own (CPU, memory, file descriptors) and
+Python's (GC) come with the library.
+
+No series has a label per connection (a consumer's id would be unbounded cardinality): how
+far behind consumers are is a distribution (``agui_hub_consumer_lag_events``, a histogram
+observed at scrape time) and its maximum. Labels are bounded sets: error codes, causes, roles.
+Every :class:`Metrics` has its own registry, so several hubs in one process (tests) do not
+share counts.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
 
-def _labels(labels: tuple[tuple[str, str], ...]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-    return "{" + inner + "}"
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created
 
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-HELP = {
-    "agui_hub_connections": ("gauge", "Open WebSocket connections by role."),
-    "agui_hub_threads": ("gauge", "Threads loaded on this node."),
-    "agui_hub_events_in_total": ("counter", "Events accepted from producers and consumers."),
-    "agui_hub_events_rejected_total": ("counter", "Frames rejected, by error code."),
-    "agui_hub_events_out_total": ("counter", "Frames written to consumers."),
-    "agui_hub_resyncs_total": ("counter", "Snapshots sent to one consumer, by cause."),
-    "agui_hub_buffer_drops_total": ("counter", "Consumer backlogs dropped for conflation."),
-    "agui_hub_slow_closes_total": ("counter", "Consumers closed with 4008 (too slow)."),
-    "agui_hub_internal_errors_total": ("counter", "Hub bugs caught at a boundary, by where."),
-    "agui_hub_sync_builds_total": ("counter", "Repair frames built (encoded) anew, not reused."),
-    "agui_hub_patch_ops_dropped_total": ("counter", "Unknown JSON Patch ops dropped."),
-    "agui_hub_consumer_lag": ("gauge", "Per consumer: thread seq minus the consumer's last ack."),
+#: HELP text of every counter, by name.
+COUNTERS = {
+    "agui_hub_events_in_total": "Events accepted from producers and consumers.",
+    "agui_hub_events_rejected_total": "Frames rejected, by error code.",
+    "agui_hub_events_out_total": "Frames written to consumers.",
+    "agui_hub_resyncs_total": "Snapshots sent to one consumer, by cause.",
+    "agui_hub_buffer_drops_total": "Consumer backlogs dropped for conflation.",
+    "agui_hub_slow_closes_total": "Consumers closed with 4008 (too slow).",
+    "agui_hub_internal_errors_total": "Hub bugs caught at a boundary, by where.",
+    "agui_hub_sync_builds_total": "Repair frames built (encoded) anew, not reused.",
+    "agui_hub_patch_ops_dropped_total": "Unknown JSON Patch ops dropped.",
+    "agui_hub_refused_total": "Connections and requests refused at the edge, by error code.",
+    "agui_hub_paced_total": "Agent frames held back to keep an agent within its rate.",
+    "agui_hub_secret_keys_total": "State keys that look like secrets.",
+    "agui_hub_receipts_in_total": "Handoff receipts stored.",
+    "agui_hub_receipts_rejected_total": "Handoff receipt batches refused, by error code.",
+    "agui_hub_gaps_filled_total": "Bus gaps a node filled from the store's log.",
+    "agui_hub_bus_reconnects_total": "Reconnections of the node's bus subscription.",
+    "agui_hub_append_failures_total": "Store appends that failed (in doubt, retried).",
+    "agui_hub_append_conflicts_total": "Store appends that lost a race to another node.",
 }
+
+#: Histograms: HELP text and bucket upper bounds (seconds), by name.
+SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+HISTOGRAMS = {
+    "agui_hub_commit_seconds": "Time to commit a batch of a thread's events to the store.",
+    "agui_hub_delivery_seconds": (
+        "From an event's arrival to its bytes handed to every consumer of its thread on this "
+        "node (written, or queued for a busy socket)."
+    ),
+    "agui_hub_bus_lag_seconds": "From the commit on another node to this node applying it.",
+    "agui_hub_join_seconds": "From a consumer's handshake to its join prefix written.",
+}
+
+#: Consumers this many events behind the thread or more count as lagging.
+LAGGING = 100
+LAG_BUCKETS = (0, 1, 10, 100, 1000, 10_000)
+
+#: A scrape-time reading: (name, HELP, labels, value) gauges.
+Gauge = tuple[str, str, dict[str, str], float]
+
+
+class _Scrape(Collector):
+    """Gauges and the consumer lag, read from the hub when scraped."""
+
+    def __init__(self) -> None:
+        self.gauges: Callable[[], Iterable[Gauge]] = list
+        self.lags: Callable[[], Iterable[int]] = list
+
+    def collect(self) -> Iterator[Any]:
+        families: dict[str, GaugeMetricFamily] = {}
+        for name, text, labels, value in self.gauges():
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(name, text, labels=sorted(labels))
+            family.add_metric([labels[k] for k in sorted(labels)], value)
+        yield from families.values()
+        lags = sorted(self.lags())
+        buckets: list[tuple[str, float]] = []
+        i = 0
+        for bound in LAG_BUCKETS:
+            while i < len(lags) and lags[i] <= bound:
+                i += 1
+            buckets.append((str(bound), float(i)))
+        buckets.append(("+Inf", float(len(lags))))
+        yield HistogramMetricFamily(
+            "agui_hub_consumer_lag_events",
+            "Consumers by how many events they are behind their thread (seq minus last ack).",
+            buckets=buckets,
+            sum_value=float(sum(lags)),
+        )
+        yield GaugeMetricFamily(
+            "agui_hub_consumer_lag_max_events",
+            "The most events any consumer on this node is behind its thread.",
+            value=float(lags[-1] if lags else 0),
+        )
+        yield GaugeMetricFamily(
+            "agui_hub_consumers_lagging",
+            f"Consumers {LAGGING} or more events behind their thread.",
+            value=float(
+                len(lags) - next((j for j, v in enumerate(lags) if v >= LAGGING), len(lags))
+            ),
+        )
 
 
 class Metrics:
     def __init__(self) -> None:
-        self.counters: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+        self.registry = CollectorRegistry(auto_describe=True)
+        prometheus_client.ProcessCollector(registry=self.registry)
+        prometheus_client.PlatformCollector(registry=self.registry)
+        prometheus_client.GCCollector(registry=self.registry)
+        self._counters: dict[str, Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+        self._counts: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        self._scrape = _Scrape()
+        self.registry.register(self._scrape)
 
     def inc(self, name: str, amount: int = 1, **labels: str) -> None:
-        key = (name, tuple(sorted(labels.items())) if labels else ())
-        self.counters[key] += amount
+        counter = self._counters.get(name)
+        if counter is None:
+            counter = self._counters[name] = Counter(
+                name, COUNTERS.get(name, name), sorted(labels), registry=self.registry
+            )
+        (counter.labels(**labels) if labels else counter).inc(amount)
+        key = (name, tuple(sorted(labels.items())))
+        self._counts[key] = self._counts.get(key, 0) + amount
 
     def get(self, name: str, **labels: str) -> int:
-        return self.counters[(name, tuple(sorted(labels.items())))]
+        """A counter's value (tests, and the node's own status lines)."""
+        return self._counts.get((name, tuple(sorted(labels.items()))), 0)
 
-    def render(self, gauges: Iterable[tuple[str, dict[str, str], float]] = ()) -> str:
-        lines: list[str] = []
-        series: dict[str, list[str]] = {}
-        for (name, labels), value in sorted(self.counters.items()):
-            series.setdefault(name, []).append(f"{name}{_labels(labels)} {value}")
-        for name, gauge_labels, gauge in gauges:
-            key = tuple(sorted(gauge_labels.items()))
-            series.setdefault(name, []).append(f"{name}{_labels(key)} {gauge:g}")
-        for name, samples in series.items():
-            kind, text = HELP.get(name, ("untyped", name))
-            lines.append(f"# HELP {name} {text}")
-            lines.append(f"# TYPE {name} {kind}")
-            lines.extend(samples)
-        return "\n".join(lines) + "\n"
+    def observe(self, name: str, seconds: float) -> None:
+        histogram = self._histograms.get(name)
+        if histogram is None:
+            histogram = self._histograms[name] = Histogram(
+                name, HISTOGRAMS.get(name, name), buckets=SECONDS, registry=self.registry
+            )
+        histogram.observe(seconds)
+
+    def read_at_scrape(
+        self, gauges: Callable[[], Iterable[Gauge]], lags: Callable[[], Iterable[int]]
+    ) -> None:
+        """Where the scrape-time gauges and the consumers' lags come from."""
+        self._scrape.gauges = gauges
+        self._scrape.lags = lags
+
+    def render(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)

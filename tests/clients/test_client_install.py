@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What the checkout's packaging needs (the root distribution and the client's), copied so the
 #: builds write nothing into the shared checkout (setuptools builds in the source tree).
 SOURCES = ("pyproject.toml", "README.md", "hub", "clients/python")
-SERVER_ONLY = ("redis", "hiredis", "jwt", "cryptography", "httpx", "h11")
+SERVER_ONLY = ("redis", "hiredis", "jwt", "cryptography", "httpx", "h11", "prometheus_client")
 #: pip's own words when it cannot reach an index (or a package index has nothing to offer).
 OFFLINE_SIGNS = (
     "Could not find a version that satisfies",
@@ -109,7 +109,7 @@ def test_the_client_installs_without_redis_cryptography_or_pyjwt(client_venv: Pa
     assert listed.returncode == 0, listed.stderr
     installed = {line.split("==")[0].lower() for line in listed.stdout.split()}
     assert {"agui-hub", "agui-hub-client", "websockets", "msgpack"} <= installed, installed
-    for dist in ("redis", "hiredis", "cryptography", "pyjwt", "httpx", "h11"):
+    for dist in ("redis", "hiredis", "cryptography", "pyjwt", "httpx", "h11", "prometheus-client"):
         assert dist not in installed, f"{dist} was installed with the client"
 
 

@@ -206,6 +206,10 @@ async def test_a_frame_over_the_limit_closes_with_1009_and_is_counted(
     with pytest.raises(Exception) as closed:
         await agent.recv()
     assert getattr(closed.value, "rcvd", None) is not None and closed.value.rcvd.code == 1009
+    for _ in range(100):  # counted when the server's side of the close is done, just after
+        if hub.metric("agui_hub_refused_total", code="frame_too_large") == 1:
+            break
+        await asyncio.sleep(0.02)
     assert hub.metric("agui_hub_refused_total", code="frame_too_large") == 1
     # Nobody else paid: the hub still takes a well-sized event and the bystander gets it.
     producer = await Client.open(f"{hub.ws}/v1/threads/t/agent")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Protocol
 
+from prometheus_client import CONTENT_TYPE_LATEST
+from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from hub.auth import ADMIN, is_thread_id
@@ -17,6 +19,7 @@ from hub.errors import HubError, MethodNotAllowed, PeerError
 from hub.server.guard import Guard
 from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
+from hub.server.metrics import Gauge
 from hub.server.static import serve_static
 from hub.server.transport.common import (
     CONSUMER_PATH,
@@ -44,6 +47,7 @@ class NodePages:
         self.hub = hub
         self.guard = guard
         self.status = status
+        hub.metrics.read_at_scrape(self._gauges, hub.consumer_lags)
 
     async def respond(self, request: HttpRequest) -> Response | None:
         path = request.path
@@ -71,12 +75,26 @@ class NodePages:
                 self.guard.authenticate(request.headers, request.query).require(ADMIN)
             except PeerError as exc:
                 return error_response(exc)
+        body = self.hub.metrics.render()
+        headers = Headers(
+            [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))]
+        )
+        return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, headers, body)
+
+    def _gauges(self) -> list[Gauge]:
         hub = self.hub
         consumers = float(sum(len(c.consumers) for c in hub.channels.values()))
-        gauges = hub.gauges()
-        gauges.append(("agui_hub_connections", {"role": "consumer"}, consumers))
-        gauges.append(("agui_hub_connections", {"role": "producer"}, float(self.status.producers)))
-        return text_response(HTTPStatus.OK, hub.metrics.render(gauges), "text/plain; version=0.0.4")
+        connections = "Open connections by role."
+        return [
+            *hub.gauges(),
+            ("agui_hub_connections", connections, {"role": "consumer"}, consumers),
+            (
+                "agui_hub_connections",
+                connections,
+                {"role": "producer"},
+                float(self.status.producers),
+            ),
+        ]
 
 
 class ThreadView:

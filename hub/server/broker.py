@@ -123,6 +123,8 @@ class SharedBroker(Broker):
 
     def start(self) -> None:
         if self.bus is not None:
+            metrics = self.metrics
+            self.bus.lag = lambda seconds: metrics.observe("agui_hub_bus_lag_seconds", seconds)
             bus = self.bus.run(self.deliver, self.reconnected)
             self._task = asyncio.create_task(bus, name="bus")
 

@@ -110,9 +110,13 @@ async def watcher(url: str, *, every: float = 2.0, watch: Watcher | None = None)
     while True:
         async with connect(url) as ws:
             try:
+                acked = 0
                 async for raw in ws:
                     if not watch.receive(json.loads(raw)):
                         break
+                    if watch.seq != acked:  # so the hub's lag metrics read what it holds
+                        acked = watch.seq
+                        await ws.send(json.dumps({"type": "hub.ack", "seq": acked}))
                     if loop.time() - last >= every:
                         last = loop.time()
                         print(watch.line(), flush=True)

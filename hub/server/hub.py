@@ -74,7 +74,7 @@ class Hub:
             self.persistence = SharedPersistence(self, store, config, self.metrics, shared)
         else:
             self.broker = LocalBroker()
-            self.persistence = LocalPersistence(self, store, config)
+            self.persistence = LocalPersistence(self, store, config, self.metrics)
         #: Called with a thread's key when it is unloaded (tenant thread counts).
         self.on_unload: Callable[[str], None] = lambda key: None
 
@@ -167,15 +167,19 @@ class Hub:
         On a node-local store this never waits: the change applies at once, is fanned out at
         once and queued for the store, and the future is already done. On a shared store the
         thread's writer commits it with whatever else is waiting (see hub.server.writer)."""
+        started = time.monotonic()
         future = self.persistence.submit(channel, change)
         if future.done():
-            self._count(future)
+            self._count(future, started)
         else:
-            future.add_done_callback(self._count)
+            future.add_done_callback(lambda done: self._count(done, started))
         return future
 
-    def _count(self, future: asyncio.Future[Outcome]) -> None:
+    def _count(self, future: asyncio.Future[Outcome], started: float) -> None:
+        """A change committed (fanned out and, on a shared store, stored) or refused."""
         outcome = future.result()
+        if outcome.events:
+            self.metrics.observe("agui_hub_delivery_seconds", time.monotonic() - started)
         if outcome.warnings:
             self.metrics.inc("agui_hub_patch_ops_dropped_total", len(outcome.warnings))
         if outcome.error is not None:

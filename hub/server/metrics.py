@@ -18,6 +18,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created
 
@@ -84,7 +85,7 @@ class _Scrape(Collector):
         for bound in LAG_BUCKETS:
             while i < len(lags) and lags[i] <= bound:
                 i += 1
-            buckets.append((str(bound), float(i)))
+            buckets.append((floatToGoString(bound), float(i)))  # type: ignore[no-untyped-call]
         buckets.append(("+Inf", float(len(lags))))
         yield HistogramMetricFamily(
             "agui_hub_consumer_lag_events",

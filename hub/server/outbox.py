@@ -120,6 +120,7 @@ class Outbox:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._started = self._loop.time()
         self._task = asyncio.create_task(self._run(), name=f"outbox-{self.ident}")
 
     async def stop(self) -> None:
@@ -289,6 +290,9 @@ class Outbox:
                             await self._send(frame)
                         if frames and self._repaired is not None:
                             await self._repaired(frames[-1])
+                        if cause == "join":
+                            joined = self._loop.time() - self._started
+                            self.metrics.observe("agui_hub_join_seconds", joined)
                     elif self._direct:
                         await self._send_batch()
                     else:

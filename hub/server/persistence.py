@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -40,10 +41,13 @@ log = logging.getLogger("agui_hub")
 class Persistence(ABC):
     """The node's writes to the store: the changes submitted, and the threads' records."""
 
-    def __init__(self, node: Node, store: Store, config: Config) -> None:
+    def __init__(
+        self, node: Node, store: Store, config: Config, metrics: Metrics | None = None
+    ) -> None:
         self.node = node
         self.store = store
         self.config = config
+        self.metrics = metrics or Metrics()
         self.health = StoreHealth()
         self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
         #: Events per thread since its record was last queued for the store.
@@ -132,7 +136,9 @@ class Persistence(ABC):
 
         async def drain() -> None:
             for tid, events in pending.items():
+                started = time.monotonic()
                 await self._retry(self.store.append, tid, events)
+                self.metrics.observe("agui_hub_commit_seconds", time.monotonic() - started)
                 channel = self.node.channels.get(tid)
                 if channel is not None:
                     channel.persisted_seq = max(
@@ -176,8 +182,10 @@ class LocalPersistence(Persistence):
     #: Seconds after a thread's last apply within which a change waits to join a batch.
     BURST = 0.002
 
-    def __init__(self, node: Node, store: Store, config: Config) -> None:
-        super().__init__(node, store, config)
+    def __init__(
+        self, node: Node, store: Store, config: Config, metrics: Metrics | None = None
+    ) -> None:
+        super().__init__(node, store, config, metrics)
         self._pending: dict[Channel, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
         self._applied_at: dict[Channel, float] = {}
 
@@ -231,8 +239,7 @@ class SharedPersistence(Persistence):
     def __init__(
         self, node: Node, store: Store, config: Config, metrics: Metrics, follower: Follower
     ) -> None:
-        super().__init__(node, store, config)
-        self.metrics = metrics
+        super().__init__(node, store, config, metrics)
         self.follower = follower
         self._writers: dict[Channel, ThreadWriter] = {}
 

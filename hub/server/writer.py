@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import deque
 from typing import Protocol
 
@@ -182,8 +183,10 @@ class ThreadWriter:
         return _refused(changes, "too many concurrent writers; retry")
 
     async def _append(self, events: list[Event]) -> None:
+        started = time.monotonic()
         try:
             await self.store.append(self.channel.key, events)
+            self.metrics.observe("agui_hub_commit_seconds", time.monotonic() - started)
         except StoreConflict as exc:
             self.metrics.inc("agui_hub_append_conflicts_total")
             raise _Raced from exc

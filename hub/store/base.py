@@ -160,6 +160,10 @@ class Bus(ABC):
     async def unsubscribe(self, thread_id: str) -> None:
         """Stop, once every subscribe has its unsubscribe."""
 
+    #: Called with the seconds an append took from its node to this one (wall clocks), when
+    #: the bus can tell; set by the node (its ``agui_hub_bus_lag_seconds``).
+    lag: Callable[[float], None] | None = None
+
     @abstractmethod
     async def run(
         self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]

@@ -31,6 +31,8 @@ import contextlib
 import logging
 import random
 import secrets
+import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +52,9 @@ log = logging.getLogger("agui_hub.redis")
 PREFIX = "agui:"
 #: Bytes naming the node before every message an append publishes.
 ORIGIN_BYTES = 8
+#: What a published append starts with: the origin, then when it was sent (a big-endian
+#: double, the sender's wall clock), so receivers measure the bus's lag.
+HEADER_BYTES = ORIGIN_BYTES + 8
 #: Seconds between attempts to get the bus back: doubling from the first to the last (each
 #: jittered by 0.5-1.5x). The last stays short: until the bus is back, a node hears the threads
 #: it follows only through its log-head checks (every second or so), so its consumers lag; one
@@ -85,8 +90,9 @@ end
 # i} when the i-th event does not continue the log (a gap, or a seq already stored with other
 # bytes), {-1, 0, 0} for an unknown thread. Events already stored byte for byte (a retried
 # append whose reply was lost) are accepted and neither stored nor published again. What is
-# published is the origin (ORIGIN_BYTES, naming the node that appended) and then one msgpack
-# array of the new events, so a node skips its own appends without decoding them.
+# published is the header (HEADER_BYTES: the origin, naming the node that appended, and when it
+# sent the append) and then one msgpack array of the new events, so a node skips its own
+# appends without decoding them.
 # Everything is checked before anything is written: a Lua script is not rolled back on error.
 APPEND = (
     """
@@ -361,7 +367,7 @@ class RedisStore(Store):
         keys = thread_keys(thread_id)
         if not events:
             return
-        args: list[Any] = [self.retention, self.origin]
+        args: list[Any] = [self.retention, self.origin + struct.pack(">d", time.time())]
         for event in events:
             args += [seq_of(event), pack(event)]
         status, expected, index = await self._append(keys=list(keys), args=args)
@@ -529,8 +535,13 @@ class RedisBus(Bus):
             thread_id = self._threads.get(bytes(message["channel"]))
             if thread_id is not None:
                 data = message["data"]
-                own = data[:ORIGIN_BYTES] == self.origin
-                deliver(thread_id, [] if own else unpack(data[ORIGIN_BYTES:]))
+                if data[:ORIGIN_BYTES] == self.origin:
+                    deliver(thread_id, [])
+                    continue
+                lag = self.lag
+                if lag is not None:
+                    lag(time.time() - struct.unpack(">d", data[ORIGIN_BYTES:HEADER_BYTES])[0])
+                deliver(thread_id, unpack(data[HEADER_BYTES:]))
 
     async def _resubscribe(self) -> bool:
         """A new pub/sub connection with every channel the node follows."""

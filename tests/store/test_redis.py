@@ -12,7 +12,7 @@ from redis.crc import key_slot
 from redis_support import RedisServer
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
-from hub.store.redis import ORIGIN_BYTES, RedisStore, thread_keys
+from hub.store.redis import HEADER_BYTES, ORIGIN_BYTES, RedisStore, thread_keys
 from hub.wire.codec import pack, unpack
 
 
@@ -80,7 +80,7 @@ async def test_a_retried_append_is_stored_and_published_once(
         published = []
         while message := await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5):
             assert message["data"][:ORIGIN_BYTES] == store.origin  # who appended it
-            published.append(unpack(message["data"][ORIGIN_BYTES:]))
+            published.append(unpack(message["data"][HEADER_BYTES:]))
     assert published == [[event(1), event(2)], [event(3)]]
     loaded = await store.load("t")
     assert loaded is not None and loaded.log == [event(1), event(2), event(3)]
@@ -114,7 +114,7 @@ async def test_an_append_publishes_its_events_on_the_threads_channel(
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2.0)
     assert message is not None and message["channel"] == channel.encode()
     assert message["data"][:ORIGIN_BYTES] == store.origin
-    assert unpack(message["data"][ORIGIN_BYTES:]) == [event(1), event(2)]
+    assert unpack(message["data"][HEADER_BYTES:]) == [event(1), event(2)]
 
 
 async def test_a_large_batch_is_published_as_one_msgpack_array(
@@ -128,7 +128,7 @@ async def test_a_large_batch_is_published_as_one_msgpack_array(
         for batch in ([event(seq) for seq in range(1, 21)], [event(s) for s in range(21, 70021)]):
             await store.append("t", batch)  # array headers fixarray, array16 and array32
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
-            assert message is not None and unpack(message["data"][ORIGIN_BYTES:]) == batch
+            assert message is not None and unpack(message["data"][HEADER_BYTES:]) == batch
 
 
 async def test_the_keys_of_a_thread_share_one_cluster_slot() -> None:

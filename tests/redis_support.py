@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ci_rule import under_ci
 
 
 def redis_server_binary() -> str:
@@ -24,7 +25,7 @@ def redis_server_binary() -> str:
     except in CI (``CI`` set), where .ci/run installs it: there a skip would hide a gap."""
     binary = shutil.which("redis-server")
     if binary is None:
-        if os.environ.get("CI"):
+        if under_ci():
             pytest.fail("redis-server is not installed, and CI must run the Redis tests")
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
     return binary

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from ci_rule import under_ci
 from websockets.asyncio.client import ClientConnection, connect
 
 from hub.wire.events import EVENT_ADAPTER
@@ -233,7 +234,7 @@ def require(what: str, ok: bool) -> None:
     """Skip the test if ``ok`` is false, except under ``CI=true``, where ``.ci/run`` installs
     what the tests need: there a skip would hide a missing install step, so it fails."""
     if not ok:
-        if os.environ.get("CI") == "true":
+        if under_ci():
             pytest.fail(f"{what} (required under CI=true)")
         pytest.skip(what)
 

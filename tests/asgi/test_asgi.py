@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,12 +16,13 @@ from pathlib import Path
 import httpx
 import jsonpatch
 import pytest
+from ci_rule import under_ci
 from redis_support import free_port
 from support import Client, is_custom
 
 from hub.wire.sse import SSEParser
 
-if os.environ.get("CI") != "true":  # under CI the test extras are installed: fail if not
+if not under_ci():  # under CI the test extras are installed: fail if not
     pytest.importorskip("uvicorn", reason="pip install -e '.[server,test]' (uvicorn)")
 
 APP = Path(__file__).with_name("app.py")

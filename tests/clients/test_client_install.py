@@ -13,6 +13,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from ci_rule import under_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the checkout's packaging needs (the root distribution and the client's), copied so the
@@ -84,7 +85,7 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = _pip_install(python, sources, sources / "clients" / "python")
     if done.returncode != 0:
         output = done.stdout + done.stderr
-        if os.environ.get("CI") != "true" and any(sign in output for sign in OFFLINE_SIGNS):
+        if not under_ci() and any(sign in output for sign in OFFLINE_SIGNS):
             pytest.skip(f"pip cannot reach a package index here: {output.strip()[-300:]}")
         raise AssertionError(f"installing the client failed:\n{output}")
     return python

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ci_rule import under_ci
 from support import Client, Mirror, is_custom, seq_of
 from websockets.exceptions import ConnectionClosed
 
@@ -37,7 +38,7 @@ def program(name: str) -> str:
     skipped, except in CI (``CI`` set), which installs it: there a skip would hide a gap."""
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin")
     if path is None:
-        if os.environ.get("CI"):
+        if under_ci():
             pytest.fail(f"{name} is not installed, and CI must run the deploy tests")
         pytest.skip(f"{name} is not installed (apt-get install {name})")
     return path

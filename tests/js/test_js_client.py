@@ -6,12 +6,12 @@ It installs the client's locked dev dependencies with ``npm ci`` when they are m
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from ci_rule import under_ci
 from support import npm_ci
 
 CLIENT = Path(__file__).resolve().parents[2] / "clients" / "js"
@@ -22,7 +22,7 @@ TEST_TIMEOUT_S = 240
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        if os.environ.get("CI") == "true":
+        if under_ci():
             pytest.fail(f"{name} is not on PATH (required under CI=true)")
         pytest.skip(f"{name} is not on PATH")
     return path

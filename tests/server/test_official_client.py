@@ -4,14 +4,14 @@ same state and messages as a consumer that watched from the start."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
+from ci_rule import under_ci
 from official_client import harness
 from support import Client, HubProcess, is_custom, seq_of
 
-if os.environ.get("CI") and not harness.node_available():  # .ci/run installs node
+if under_ci() and not harness.node_available():  # .ci/run installs node
     raise RuntimeError("node is not installed, and CI must run the official-client tests")
 pytestmark = pytest.mark.skipif(
     not harness.node_available(), reason="node is not installed (the official client runs on it)"

@@ -6,7 +6,6 @@ which streams its reply token by token as a real chat model's would."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -14,10 +13,11 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import pytest
+from ci_rule import under_ci
 from support import HubProcess
 from test_runs import consumer, run_end, run_events, start_run, user
 
-if os.environ.get("CI") != "true":  # under CI the test extras are installed: fail if not
+if not under_ci():  # under CI the test extras are installed: fail if not
     pytest.importorskip("ag_ui_langgraph", reason="pip install -e '.[test]' (ag-ui-langgraph)")
     pytest.importorskip("uvicorn", reason="pip install -e '.[test]' (uvicorn)")
 

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from agents import AgentServer, Body
+from ci_rule import under_ci
 from support import HubProcess
 from test_runs import consumer, run_end, run_events, start_run, user
 
-if os.environ.get("CI") != "true":  # under CI the test extras are installed: fail if not
+if not under_ci():  # under CI the test extras are installed: fail if not
     pytest.importorskip("pydantic_ai", reason="pip install -e '.[test]' (pydantic-ai-slim[ag-ui])")
 
 from ag_ui.core import RunAgentInput, StateSnapshotEvent

@@ -86,6 +86,7 @@ class HubServer:
             NodePages(hub, self.guard, self),
             ThreadView(hub, self.guard),
             HttpApi(hub, self.guard, self.upstream),
+            self.receipts,
         ]
 
     @classmethod

@@ -35,13 +35,22 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Response
 
 from hub.auth import RECEIPTS_READ, RECEIPTS_WRITE, Principal, tenant_key
-from hub.errors import HubError, InvalidReceipt, PatchFailed, PeerError
+from hub.errors import (
+    HubError,
+    InvalidReceipt,
+    MethodNotAllowed,
+    PatchFailed,
+    PeerError,
+    UnsupportedMediaType,
+)
 from hub.limits import TokenBucket
 from hub.receipts.board import board_delta
 from hub.receipts.classify import Policy
@@ -55,8 +64,15 @@ from hub.receipts.store import (
 )
 from hub.receipts.tail import open_tail
 from hub.server.guard import Guard
+from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
-from hub.server.transport.common import WebSocket, query_of, refuse
+from hub.server.transport.common import (
+    WebSocket,
+    error_response,
+    json_response,
+    query_of,
+    refuse,
+)
 from hub.wire import control
 from hub.wire.codec import Encoding, decode, encode
 
@@ -70,6 +86,8 @@ ACK = "hub.receipts.ack"
 MAX_BATCH = 500
 #: Problems listed in one ``invalid_receipt`` error at most.
 MAX_ERRORS = 20
+#: Records one ``POST /v1/receipts`` may carry as NDJSON (its bytes are bounded too).
+MAX_HTTP_RECORDS = 10_000
 #: Seconds between looks at what other processes appended; the longest the board sleeps.
 TICK = 1.0
 #: Seconds after a change is due before the board looks (so ``now`` is past it).
@@ -236,19 +254,90 @@ class ReceiptsService:
             self.guard.check_frame(frame)
             self.guard.rate(bucket, principal.tenant)
             records = parse_frame(frame)
-            added = await self.store.append(principal.tenant, records)
+            added = await self.ingest(principal.tenant, records)
         except InvalidReceipt as exc:
             metrics.inc("agui_hub_receipts_rejected_total", code=exc.code)
             return control.error(exc, frame=number, errors=exc.errors)
         except HubError as exc:
             metrics.inc("agui_hub_receipts_rejected_total", code=exc.code)
             return control.error(exc, frame=number)
-        metrics.inc("agui_hub_receipts_in_total", added)
-        if added:
-            self._touched.add(principal.tenant)
-            self._wake.set()
         value = {"frame": number, "accepted": added, "duplicates": len(records) - added}
         return control.custom(ACK, value)
+
+    async def ingest(self, tenant: str, records: list[Record]) -> int:
+        """Store the tenant's valid records (exact duplicates are skipped) and wake the board;
+        how many were new. Every way in (the WebSocket, ``POST /v1/receipts``) comes here."""
+        added = await self.store.append(tenant, records)
+        self.hub.metrics.inc("agui_hub_receipts_in_total", added)
+        if added:
+            self._touched.add(tenant)
+            self._wake.set()
+        return added
+
+    # -- ingest over HTTP -----------------------------------------------------------------------
+
+    async def respond(self, request: HttpRequest) -> Response | None:
+        """``POST /v1/receipts``: one record (JSON), a batch ``{"records": [...]}``, or NDJSON
+        (``application/x-ndjson``, a record a line), all or nothing; answered as the WebSocket
+        ack is (``{"accepted", "duplicates"}``), or ``invalid_receipt`` naming the line (NDJSON)
+        or the record and the field. Exact duplicates are accepted again and not stored twice,
+        so an agent may retry blindly."""
+        if request.path != RECEIPTS_PATH:
+            return None
+        metrics = self.hub.metrics
+        try:
+            if request.method != "POST":
+                raise MethodNotAllowed("use POST here (or the WebSocket)")
+            principal = self.guard.authenticate(request.headers, request.query)
+            try:
+                principal.require(RECEIPTS_WRITE)
+            except PeerError as exc:
+                self.guard.refused(exc.code)
+                raise
+            self.guard.rate(self.guard.connection_bucket(), principal.tenant)
+            records = self._http_records(request)
+            added = await self.ingest(principal.tenant, records)
+        except InvalidReceipt as exc:
+            metrics.inc("agui_hub_receipts_rejected_total", code=exc.code)
+            return json_response(HTTPStatus.BAD_REQUEST, {**exc.as_value(), "errors": exc.errors})
+        except HubError as exc:
+            metrics.inc("agui_hub_receipts_rejected_total", code=exc.code)
+            return error_response(exc)
+        body = {"accepted": added, "duplicates": len(records) - added}
+        return json_response(HTTPStatus.OK, body)
+
+    def _http_records(self, request: HttpRequest) -> list[Record]:
+        kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        try:
+            text = request.body.decode()
+        except UnicodeDecodeError:
+            raise InvalidReceipt("the body is not UTF-8") from None
+        if kind == "application/json":
+            frame = decode(text)
+            self.guard.check_frame(frame)
+            return parse_frame(frame)
+        if kind not in ("application/x-ndjson", "application/jsonl"):
+            raise UnsupportedMediaType("send application/json or application/x-ndjson")
+        records: list[Record] = []
+        errors: list[str] = []
+        lines = [(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
+        if not lines:
+            raise InvalidReceipt("the body holds no records")
+        if len(lines) > MAX_HTTP_RECORDS:
+            raise InvalidReceipt(f"a request may carry at most {MAX_HTTP_RECORDS} records")
+        for number, line in lines:
+            try:
+                item = decode(line)
+                self.guard.check_frame(item)
+                records.append(validate_record(item))
+            except InvalidReceipt as exc:
+                errors += [f"line {number}: {message}" for message in exc.errors]
+            except PeerError as exc:
+                errors.append(f"line {number}: {exc.message}")
+        if errors:
+            summary = f"{len(errors)} problem(s), none stored; first: {errors[0]}"
+            raise InvalidReceipt(summary, errors=errors[:MAX_ERRORS])
+        return records
 
     # -- the boards -----------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Python client for agui-hub: a :class:`Consumer` that mirrors a thread, a :class:`Producer`
-that publishes AG-UI events to it."""
+that publishes AG-UI events to it, and :class:`Receipts` that records handoff receipts."""
 
 from agui_hub_client.consumer import Consumer
 from agui_hub_client.errors import (
@@ -11,15 +11,20 @@ from agui_hub_client.errors import (
 )
 from agui_hub_client.mirror import Mirror, Step
 from agui_hub_client.producer import Producer
+from agui_hub_client.receipts import Handoff, ReceiptError, Receipts, ReceiptsUndelivered
 
 __all__ = [
     "ClientError",
     "ConnectionLost",
     "Consumer",
+    "Handoff",
     "HandshakeFailed",
     "Mirror",
     "Producer",
     "ProtocolError",
+    "ReceiptError",
+    "Receipts",
+    "ReceiptsUndelivered",
     "RunError",
     "Step",
 ]

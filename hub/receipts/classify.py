@@ -40,6 +40,7 @@ __all__ = [
     "UNCERTAIN_CAUSES",
     "Act",
     "Classification",
+    "OperationFold",
     "Policy",
     "State",
     "action_outcome",
@@ -265,6 +266,14 @@ class _Attempt:
                     self.verified_artifacts = set()
                 self.verified_artifacts.add(seen.artifact)
 
+    def copy(self) -> _Attempt:
+        other = _Attempt.__new__(_Attempt)
+        for name in _Attempt.__slots__:
+            setattr(other, name, getattr(self, name))
+        if self.verified_artifacts is not None:
+            other.verified_artifacts = set(self.verified_artifacts)
+        return other
+
 
 class _Operation:
     __slots__ = ("actions", "attempts", "updated_at")
@@ -275,28 +284,101 @@ class _Operation:
         self.actions: dict[str, set[str]] | None = None
         self.updated_at = at
 
+    def add(self, r: Record) -> None:
+        at = r.at
+        if at > self.updated_at:
+            self.updated_at = at
+        if isinstance(r, Action):
+            if self.actions is None:
+                self.actions = {}
+            self.actions.setdefault(r.handoff_id, set()).add(r.action)
+            return
+        attempt = self.attempts.get(r.handoff_id)
+        if attempt is None:
+            attempt = self.attempts[r.handoff_id] = _Attempt(r.operation_id, r.handoff_id, at)
+        attempt.add(r)
+
+    def copy(self) -> _Operation:
+        other = _Operation(self.updated_at)
+        other.attempts = {h: a.copy() for h, a in self.attempts.items()}
+        if self.actions is not None:
+            other.actions = {h: set(kinds) for h, kinds in self.actions.items()}
+        return other
+
 
 def _fold(records: Iterable[Record], now: datetime) -> dict[str, _Operation]:
     ops: dict[str, _Operation] = {}
     for r in records:
-        at = r.at
-        if at > now:
+        if r.at > now:
             continue  # not happened yet, as of now
         op = ops.get(r.operation_id)
         if op is None:
-            op = ops[r.operation_id] = _Operation(at)
-        elif at > op.updated_at:
-            op.updated_at = at
-        if isinstance(r, Action):
-            if op.actions is None:
-                op.actions = {}
-            op.actions.setdefault(r.handoff_id, set()).add(r.action)
-            continue
-        attempt = op.attempts.get(r.handoff_id)
-        if attempt is None:
-            attempt = op.attempts[r.handoff_id] = _Attempt(r.operation_id, r.handoff_id, at)
-        attempt.add(r)
+            op = ops[r.operation_id] = _Operation(r.at)
+        op.add(r)
     return ops
+
+
+class OperationFold:
+    """One operation's records folded as they come, for a classifier that runs again and again
+    (the live board): what :func:`classify` and :func:`next_change` give for all the records
+    added, without keeping them. Records dated after the last ``now`` wait aside until they
+    come due; ``now`` must not go backwards."""
+
+    __slots__ = ("_future", "_op", "operation_id")
+
+    def __init__(self, operation_id: str) -> None:
+        self.operation_id = operation_id
+        self._op: _Operation | None = None
+        #: Records dated after the ``now`` of the last call (rare: clocks that run ahead).
+        self._future: list[Record] | None = None
+
+    def add(self, record: Record) -> None:
+        if self._future is None:
+            self._future = []
+        self._future.append(record)
+
+    def _due(self, now: datetime) -> None:
+        if not self._future:
+            return
+        later = []
+        for r in self._future:
+            if r.at > now:
+                later.append(r)
+            elif self._op is None:
+                self._op = _Operation(r.at)
+                self._op.add(r)
+            else:
+                self._op.add(r)
+        self._future = later or None
+
+    def classify(self, now: datetime, policy: Policy) -> Classification | None:
+        """``classify(records, now, policy).get(operation_id)``."""
+        self._due(now)
+        if self._op is None or not self._op.attempts:
+            return None
+        return _decide(self.operation_id, self._op, now, policy)
+
+    def next_change(
+        self, now: datetime, policy: Policy, current: Classification | None
+    ) -> datetime | None:
+        """``next_change(records, now, policy)``, given ``current``, this fold's classification
+        at ``now``: its own deadline, unless a record dated later changes it first."""
+        best = current.deadline if current is not None else None
+        if not self._future:
+            return best
+        for t in sorted({r.at for r in self._future}):
+            if best is not None and t >= best:
+                break
+            op = self._op.copy() if self._op is not None else None
+            for r in self._future:
+                if r.at <= t:
+                    if op is None:
+                        op = _Operation(r.at)
+                    op.add(r)
+            later = _decide(self.operation_id, op, t, policy) if op and op.attempts else None
+            if later != current:
+                return t
+        return best
 
 
 def _check_time(now: datetime) -> None:

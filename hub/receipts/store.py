@@ -5,16 +5,27 @@ Records are never updated or deleted; the current state is always derived from t
 (:meth:`hub.receipts.model.Receipt.key`), and an exact duplicate is accepted once: appending it
 again stores nothing and counts as not new. Records come back in the order they were stored.
 
+Two indexes beside each log answer the queries of ``GET /v1/receipts/operations`` without
+reading the log: the tenant's operations by their latest change (:meth:`ReceiptStore.operations`,
+newest first, from a position on: keyset paging, stable while records arrive) and each
+operation's own records (:meth:`ReceiptStore.operation_records`). A change is the store
+position of an operation's latest record: positions grow with every record stored, per tenant.
+
 - ``memory://``: in-process, for tests and throwaway hubs.
 - ``sqlite:///PATH``: a ``receipts`` table in the SQLite file (it can be the hub's own file; it
   has its own connection), WAL mode, calls on one worker thread; triggers refuse UPDATE and
-  DELETE, so the table stays append-only.
+  DELETE, so the table stays append-only. Its row id is the position. A trigger keeps
+  ``receipt_operations`` (tenant, operation, latest row id; indexed by tenant and row id)
+  whoever inserts, and an index on the operation id inside the record finds its rows; a file
+  from before the index is indexed when opened.
 - ``redis://HOST:PORT/DB``: per tenant, a Stream ``agui:{receipts:TENANT}:log`` (fields ``k``,
   the key, and ``r``, the record) and a set ``agui:{receipts:TENANT}:keys`` of the keys stored,
   both under one hash tag so a Lua script appends to them together: duplicates are accepted
-  once even when several hub nodes append the same record at once. Tenants are listed in
-  ``agui:receipts:tenants``. A large append goes in chunks of :data:`REDIS_CHUNK` records, each
-  chunk atomic.
+  once even when several hub nodes append the same record at once. The same script counts the
+  position (``:seq``), keeps the sorted set ``:ops`` (operation id scored by its latest
+  position) and, per operation, the list ``:op:OPERATION`` of its stream entry ids. Tenants are
+  listed in ``agui:receipts:tenants``. A large append goes in chunks of :data:`REDIS_CHUNK`
+  records, each chunk atomic. (A log written before these indexes has no entries in them.)
 
 A backend is imported only when its URL is opened.
 """
@@ -25,6 +36,7 @@ import re
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -55,6 +67,18 @@ def _encode(records: Sequence[Record]) -> list[tuple[str, bytes]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class OperationRef:
+    """An operation of a tenant and its latest change: the position of its latest record."""
+
+    operation_id: str
+    change: int
+
+
+#: The most operations one :meth:`ReceiptStore.operations` call lists.
+MAX_PAGE = 1000
+
+
 class ReceiptStore(ABC):
     """An append-only log of receipt and action records per tenant."""
 
@@ -71,27 +95,80 @@ class ReceiptStore(ABC):
     async def tenants(self) -> list[str]:
         """Every tenant with at least one record, sorted."""
 
+    @abstractmethod
+    async def operations(
+        self, tenant: str, *, before: int | None = None, limit: int = 100
+    ) -> list[OperationRef]:
+        """The tenant's operations by latest change, newest first: at most ``limit`` (up to
+        :data:`MAX_PAGE`), those whose latest change is before position ``before`` (None:
+        from the newest). An operation that changes meanwhile moves before any later
+        ``before``: a walk through the pages never lists an operation twice, and misses none
+        that did not change since the walk began."""
+
+    @abstractmethod
+    async def operation_records(self, tenant: str, operation_id: str) -> list[Record]:
+        """The records of one operation, in the order stored (empty if it has none)."""
+
     async def close(self) -> None:  # noqa: B027 - a backend with nothing to release keeps it
         """Release connections and threads."""
+
+
+def _limit(limit: int) -> int:
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError("limit must be a positive integer")
+    return min(limit, MAX_PAGE)
 
 
 class MemoryReceiptStore(ReceiptStore):
     def __init__(self) -> None:
         self._logs: dict[str, list[bytes]] = {}
         self._keys: dict[str, set[str]] = {}
+        #: Per tenant: the operation of each record (by position - 1), each operation's latest
+        #: position and its positions.
+        self._op_of: dict[str, list[str]] = {}
+        self._last: dict[str, dict[str, int]] = {}
+        self._by_op: dict[str, dict[str, list[int]]] = {}
 
     async def append(self, tenant: str, records: Sequence[Record]) -> int:
         check_tenant(tenant)
         encoded = _encode(records)
         log = self._logs.setdefault(tenant, [])
         keys = self._keys.setdefault(tenant, set())
+        op_of = self._op_of.setdefault(tenant, [])
+        last = self._last.setdefault(tenant, {})
+        by_op = self._by_op.setdefault(tenant, {})
         added = 0
-        for key, body in encoded:
+        for (key, body), record in zip(encoded, records, strict=True):
             if key not in keys:
                 keys.add(key)
                 log.append(body)
+                op_of.append(record.operation_id)
+                last[record.operation_id] = len(log)
+                by_op.setdefault(record.operation_id, []).append(len(log))
                 added += 1
         return added
+
+    async def operations(
+        self, tenant: str, *, before: int | None = None, limit: int = 100
+    ) -> list[OperationRef]:
+        check_tenant(tenant)
+        limit = _limit(limit)
+        op_of = self._op_of.get(tenant, [])
+        last = self._last.get(tenant, {})
+        position = len(op_of) if before is None else min(before - 1, len(op_of))
+        out: list[OperationRef] = []
+        while position >= 1 and len(out) < limit:
+            operation_id = op_of[position - 1]
+            if last[operation_id] == position:
+                out.append(OperationRef(operation_id, position))
+            position -= 1
+        return out
+
+    async def operation_records(self, tenant: str, operation_id: str) -> list[Record]:
+        check_tenant(tenant)
+        log = self._logs.get(tenant, [])
+        positions = self._by_op.get(tenant, {}).get(operation_id, [])
+        return [RECORD.validate_json(log[p - 1]) for p in positions]
 
     async def records(self, tenant: str) -> list[Record]:
         check_tenant(tenant)
@@ -113,6 +190,28 @@ CREATE TRIGGER IF NOT EXISTS receipts_append_only_update BEFORE UPDATE ON receip
 BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS receipts_append_only_delete BEFORE DELETE ON receipts
 BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END;
+CREATE TABLE IF NOT EXISTS receipt_operations (
+    tenant TEXT NOT NULL,
+    operation_id TEXT NOT NULL,
+    last_id INTEGER NOT NULL,
+    PRIMARY KEY (tenant, operation_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS receipt_operations_by_change ON receipt_operations (tenant, last_id);
+CREATE INDEX IF NOT EXISTS receipts_by_operation
+    ON receipts (tenant, json_extract(body, '$.operation_id'), id);
+CREATE TRIGGER IF NOT EXISTS receipts_index_operation AFTER INSERT ON receipts
+BEGIN
+    INSERT INTO receipt_operations (tenant, operation_id, last_id)
+    VALUES (NEW.tenant, json_extract(NEW.body, '$.operation_id'), NEW.id)
+    ON CONFLICT (tenant, operation_id) DO UPDATE SET last_id = max(last_id, excluded.last_id);
+END;
+"""
+#: Indexes a file written before ``receipt_operations`` existed (its rows have no entries).
+SQLITE_BACKFILL = """
+INSERT INTO receipt_operations (tenant, operation_id, last_id)
+SELECT tenant, json_extract(body, '$.operation_id'), max(id) FROM receipts WHERE true
+GROUP BY tenant, json_extract(body, '$.operation_id')
+ON CONFLICT (tenant, operation_id) DO UPDATE SET last_id = max(last_id, excluded.last_id)
 """
 
 
@@ -128,7 +227,21 @@ class SqliteReceiptStore(ReceiptStore):
         store = cls(path)
         # Its own connection: the hub's thread store may hold the same file.
         store.file = await SqliteFile.open(path, SCHEMA, name="receipts")
+        await store._run(store._backfill)
         return store
+
+    def _backfill(self) -> None:
+        db = self.db
+        if db.execute("SELECT 1 FROM receipt_operations LIMIT 1").fetchone() is not None:
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT 1 FROM receipt_operations LIMIT 1").fetchone() is None:
+                db.execute(SQLITE_BACKFILL)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await self.file.run(fn, *args)
@@ -152,11 +265,10 @@ class SqliteReceiptStore(ReceiptStore):
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
-            before = db.total_changes
-            db.executemany(
+            # rowcount, not total_changes: the index trigger's own writes do not count.
+            added = db.executemany(
                 "INSERT OR IGNORE INTO receipts (tenant, key, body) VALUES (?, ?, ?)", rows
-            )
-            added = db.total_changes - before
+            ).rowcount
         except BaseException:
             db.execute("ROLLBACK")
             raise
@@ -180,6 +292,33 @@ class SqliteReceiptStore(ReceiptStore):
         )
         return [row[0] for row in rows]
 
+    async def operations(
+        self, tenant: str, *, before: int | None = None, limit: int = 100
+    ) -> list[OperationRef]:
+        check_tenant(tenant)
+        limit = _limit(limit)
+        rows: list[tuple[str, int]] = await self._query(
+            "SELECT operation_id, last_id FROM receipt_operations WHERE tenant = ? "
+            "AND last_id < ? ORDER BY last_id DESC LIMIT ?",
+            (tenant, before if before is not None else 2**63 - 1, limit),
+        )
+        return [OperationRef(operation_id, change) for operation_id, change in rows]
+
+    async def operation_records(self, tenant: str, operation_id: str) -> list[Record]:
+        check_tenant(tenant)
+        rows: list[tuple[str]] = await self._query(
+            "SELECT body FROM receipts WHERE tenant = ? "
+            "AND json_extract(body, '$.operation_id') = ? ORDER BY id",
+            (tenant, operation_id),
+        )
+        return [RECORD.validate_json(row[0]) for row in rows]
+
+    async def _query(self, sql: str, args: tuple[Any, ...]) -> Any:
+        try:
+            return await self._run(lambda: self.db.execute(sql, args).fetchall())
+        except sqlite3.Error as exc:
+            raise Unavailable("the receipt store is unavailable; retry") from exc
+
     async def close(self) -> None:
         await self.file.close()
 
@@ -187,13 +326,18 @@ class SqliteReceiptStore(ReceiptStore):
 REDIS_PREFIX = "agui:"
 REDIS_TENANTS = f"{REDIS_PREFIX}receipts:tenants"
 
-# KEYS: log stream, key set. ARGV: key, record, key, record... Appends the records whose key is
-# not in the set yet; returns how many it appended.
+# KEYS: log stream, key set, operations (sorted set), position counter, then the entry lists of
+# the operations of this call. ARGV: per record its key, the record, its operation id and the
+# index in KEYS of that operation's list. Appends the records whose key is not in the set yet,
+# and indexes them; returns how many it appended.
 REDIS_APPEND = """
 local added = 0
-for i = 1, #ARGV, 2 do
+for i = 1, #ARGV, 4 do
   if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
-    redis.call('XADD', KEYS[1], '*', 'k', ARGV[i], 'r', ARGV[i + 1])
+    local id = redis.call('XADD', KEYS[1], '*', 'k', ARGV[i], 'r', ARGV[i + 1])
+    local position = redis.call('INCR', KEYS[4])
+    redis.call('ZADD', KEYS[3], position, ARGV[i + 2])
+    redis.call('RPUSH', KEYS[tonumber(ARGV[i + 3])], id)
     added = added + 1
   end
 end
@@ -209,8 +353,13 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
 
 def redis_keys(tenant: str) -> tuple[str, str]:
     """The log stream and key set of a tenant, under the hash tag ``{receipts:TENANT}``."""
-    tag = f"{REDIS_PREFIX}{{receipts:{check_tenant(tenant)}}}"
+    tag = redis_tag(tenant)
     return f"{tag}:log", f"{tag}:keys"
+
+
+def redis_tag(tenant: str) -> str:
+    """The prefix of every key of a tenant's receipts (one hash tag: one cluster slot)."""
+    return f"{REDIS_PREFIX}{{receipts:{check_tenant(tenant)}}}"
 
 
 class RedisReceiptStore(ReceiptStore):
@@ -233,14 +382,23 @@ class RedisReceiptStore(ReceiptStore):
         encoded = _encode(records)
         if not encoded:
             return 0
+        tag = redis_tag(tenant)
         added = 0
         try:
             await self.client.sadd(REDIS_TENANTS, tenant)
             for start in range(0, len(encoded), REDIS_CHUNK):
-                args: list[str | bytes] = []
-                for key, body in encoded[start : start + REDIS_CHUNK]:
-                    args += [key, body]
-                added += int(await self._append(keys=[log_key, keys_key], args=args))
+                keys = [log_key, keys_key, f"{tag}:ops", f"{tag}:seq"]
+                index: dict[str, int] = {}
+                args: list[str | bytes | int] = []
+                chunk = records[start : start + REDIS_CHUNK]
+                pairs = zip(encoded[start : start + REDIS_CHUNK], chunk, strict=True)
+                for (key, body), record in pairs:
+                    operation_id = record.operation_id
+                    if operation_id not in index:
+                        keys.append(f"{tag}:op:{operation_id}")
+                        index[operation_id] = len(keys)
+                    args += [key, body, operation_id, index[operation_id]]
+                added += int(await self._append(keys=keys, args=args))
         except _redis_errors() as exc:
             raise Unavailable("the receipt store could not take the records; retry") from exc
         return added
@@ -259,6 +417,33 @@ class RedisReceiptStore(ReceiptStore):
         except _redis_errors() as exc:
             raise Unavailable("the receipt store is unavailable; retry") from exc
         return sorted(m.decode() for m in members)
+
+    async def operations(
+        self, tenant: str, *, before: int | None = None, limit: int = 100
+    ) -> list[OperationRef]:
+        limit = _limit(limit)
+        top = "+inf" if before is None else f"({before}"
+        try:
+            rows: list[Any] = await self.client.zrevrangebyscore(
+                f"{redis_tag(tenant)}:ops", top, "-inf", start=0, num=limit, withscores=True
+            )
+        except _redis_errors() as exc:
+            raise Unavailable("the receipt store is unavailable; retry") from exc
+        return [OperationRef(member.decode(), int(score)) for member, score in rows]
+
+    async def operation_records(self, tenant: str, operation_id: str) -> list[Record]:
+        tag = redis_tag(tenant)
+        try:
+            ids: list[Any] = await self.client.lrange(f"{tag}:op:{operation_id}", 0, -1)
+            if not ids:
+                return []
+            async with self.client.pipeline(transaction=False) as pipe:
+                for entry_id in ids:
+                    pipe.xrange(f"{tag}:log", min=entry_id, max=entry_id, count=1)
+                found: list[Any] = await pipe.execute()
+        except _redis_errors() as exc:
+            raise Unavailable("the receipt store is unavailable; retry") from exc
+        return [RECORD.validate_json(entries[0][1][b"r"]) for entries in found if entries]
 
     async def close(self) -> None:
         await self.client.aclose()

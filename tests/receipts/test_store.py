@@ -194,3 +194,95 @@ async def test_an_unreachable_redis_is_unavailable() -> None:
             await store.append("ops", RECORDS[:1])
     finally:
         await store.close()
+
+
+# --- the operations indexes (GET /v1/receipts/operations) -----------------------------------------
+
+
+async def test_operations_come_newest_change_first_and_page_by_position(opener: Opener) -> None:
+    store = await opener()
+    for n in range(5):
+        await store.append("ops", [r("delegated", n, op=f"op-{n}", h=f"h-{n}")])
+    await store.append("ops", [r("accepted", 10, op="op-1", h="h-1")])  # op-1 changes last
+    first = await store.operations("ops", limit=2)
+    assert [o.operation_id for o in first] == ["op-1", "op-4"]
+    rest = await store.operations("ops", before=first[-1].change, limit=10)
+    assert [o.operation_id for o in rest] == ["op-3", "op-2", "op-0"]
+    assert await store.operations("ops", before=rest[-1].change) == []
+    assert await store.operations("nobody") == []
+
+
+async def test_a_walk_through_the_pages_lists_each_operation_once_while_records_arrive(
+    opener: Opener,
+) -> None:
+    store = await opener()
+    await store.append("ops", [r("delegated", n, op=f"op-{n}", h="h") for n in range(30)])
+    seen: list[str] = []
+    before = None
+    while True:
+        page = await store.operations("ops", before=before, limit=4)
+        if not page:
+            break
+        seen += [o.operation_id for o in page]
+        before = page[-1].change
+        # Meanwhile: one operation already listed and one not yet listed change, one is new.
+        await store.append("ops", [r("progress", len(seen), op=seen[0], h="h")])
+        await store.append("ops", [r("accepted", len(seen), op="op-0", h="h")])
+        await store.append("ops", [r("delegated", len(seen), op=f"new-{len(seen)}", h="h")])
+    assert len(seen) == len(set(seen))
+    unchanged = {f"op-{n}" for n in range(1, 30)} - {"op-29"}
+    assert unchanged <= set(seen)
+
+
+async def test_an_operations_records_come_back_alone_and_in_order(opener: Opener) -> None:
+    store = await opener()
+    other = r("delegated", 1, op="op-2", h="h-2")
+    await store.append("ops", [RECORDS[0], other, *RECORDS[1:]])
+    await store.append("research", [r("delegated", 5)])
+    assert await store.operation_records("ops", "op-1") == RECORDS
+    assert await store.operation_records("ops", "op-2") == [other]
+    assert await store.operation_records("ops", "op-9") == []
+    assert await store.operation_records("research", "op-1") == [r("delegated", 5)]
+
+
+async def test_duplicates_do_not_move_an_operation(opener: Opener) -> None:
+    store = await opener()
+    await store.append("ops", [r("delegated", 0, op="a"), r("delegated", 0, op="b")])
+    await store.append("ops", [r("delegated", 0, op="a")])
+    assert [o.operation_id for o in await store.operations("ops")] == ["b", "a"]
+
+
+async def test_a_page_is_bounded(opener: Opener) -> None:
+    store = await opener()
+    await store.append("ops", [r("delegated", n, op=f"op-{n}") for n in range(3)])
+    assert len(await store.operations("ops", limit=10**6)) == 3
+    with pytest.raises(ValueError):
+        await store.operations("ops", limit=0)
+
+
+async def test_a_sqlite_file_from_before_the_index_is_indexed_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE receipts (id INTEGER PRIMARY KEY AUTOINCREMENT, tenant TEXT NOT NULL, "
+        "key TEXT NOT NULL, body TEXT NOT NULL, UNIQUE (tenant, key));"
+    )
+    for n, record in enumerate([r("delegated", 0, op="a"), r("delegated", 1, op="b")]):
+        db.execute(
+            "INSERT INTO receipts (tenant, key, body) VALUES (?, ?, ?)",
+            ("ops", f"k{n}", record.canonical().decode()),
+        )
+    db.execute(
+        "INSERT INTO receipts (tenant, key, body) VALUES (?, ?, ?)",
+        ("ops", "k9", r("accepted", 2, op="a").canonical().decode()),
+    )
+    db.commit()
+    db.close()
+    store = await open_receipt_store(f"sqlite:///{path}")
+    try:
+        assert [o.operation_id for o in await store.operations("ops")] == ["a", "b"]
+        assert len(await store.operation_records("ops", "a")) == 2
+        await store.append("ops", [r("progress", 3, op="b")])
+        assert [o.operation_id for o in await store.operations("ops")] == ["b", "a"]
+    finally:
+        await store.close()

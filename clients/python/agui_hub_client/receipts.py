@@ -469,10 +469,10 @@ class Receipts:
             while True:
                 with self._cond:
                     batch = self._next_batch()
-                if batch is None:
-                    return
-                task = loop.create_task(self._post(batch))
-                with self._cond:
+                    if batch is None:
+                        return
+                    # Made under the lock, so that _stop either finds it or stops this loop.
+                    task = loop.create_task(self._post(batch))
                     self._inflight = task
                 try:
                     outcome = loop.run_until_complete(task)

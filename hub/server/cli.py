@@ -146,6 +146,13 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         receipts.add_argument(
             flag, type=float, default=default, metavar="S", help=f"seconds {what} ({default:g})"
         )
+    receipts.add_argument(
+        "--trace-url",
+        default=None,
+        metavar="TEMPLATE",
+        help="trace viewer URL the board links trace ids to, with {trace_id} "
+        "(e.g. 'https://jaeger.example/trace/{trace_id}')",
+    )
 
 
 def _print_config(
@@ -178,6 +185,7 @@ def _config(args: argparse.Namespace) -> Config:
             patterns=(*SecretPolicy().patterns, *args.secret_pattern), mode=args.secrets
         ),
         receipts_policy=_receipts_policy(args),
+        trace_url=_trace_url(args.trace_url),
         agents=_agents(args.agent, args.agent_header, args.agent_token_file),
         agent_timeout=args.agent_timeout,
     )
@@ -236,6 +244,17 @@ def _receipts_policy(args: argparse.Namespace) -> Policy:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _trace_url(template: str | None) -> str | None:
+    if not template:
+        return None
+    from hub.receipts.query import check_trace_url
+
+    try:
+        return check_trace_url(template)
+    except ValueError as exc:
+        raise ConfigError(f"--trace-url: {exc}") from None
 
 
 def _auth_config(args: argparse.Namespace) -> AuthConfig | None:

@@ -62,6 +62,9 @@ class Config:
     secrets: SecretPolicy = field(default_factory=SecretPolicy)
     #: The receipts classifier's windows (the operator board, hub.server.receipts).
     receipts_policy: Policy = field(default_factory=Policy)
+    #: The trace viewer URL template (``{trace_id}`` in an http(s) URL) the operator board
+    #: links a receipt's trace id to; None: no links.
+    trace_url: str | None = None
     #: Agents the hub calls over HTTP (``hub.run``), by name (hub.server.upstream).
     agents: dict[str, AgentTarget] = field(default_factory=dict)
     #: Seconds an agent's stream may stay silent (or take to connect) before ``agent_timeout``.

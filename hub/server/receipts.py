@@ -1,4 +1,4 @@
-"""Handoff receipts on a hub node: ingest over a WebSocket, and the live operator board.
+"""Handoff receipts on a hub node: ingest, queries, and the live operator board.
 
 Ingest, ``ws /v1/receipts`` (scope ``receipts:write``; the tenant comes from the token): each
 frame (JSON text, or msgpack with the ``agui-hub.msgpack`` subprotocol) is one record, or a
@@ -12,20 +12,28 @@ or with ``hub.error`` (``value.frame`` names the frame). A batch is all or nothi
 record and nothing of it is stored, the error (``invalid_receipt``) listing every problem in
 ``value.errors`` (``records[I]: FIELD: ...``, never the refused value).
 
+Queries (scope ``receipts:read``, the tenant from the token): ``GET /v1/receipts/operations``
+pages through every operation of the tenant, newest change first, with its classification
+(``?state=&limit=&cursor=``, see :mod:`hub.receipts.query`), and
+``GET /v1/receipts/operations/{id}`` gives one operation's history. Both read the store's
+indexes; a page takes the node's live classification of each operation it lists (the one the
+board shows), or classifies the operation's records when the node has not read them yet.
+
 The board: per tenant, the thread ``ops`` (:data:`BOARD_THREAD`) holds
-:func:`~hub.receipts.board.board_state` of the tenant's records, plus ``records`` (how many
-records it reflects), and consumers watch it like any thread: a ``STATE_SNAPSHOT`` when they
-join, then ``STATE_DELTA`` s. The node classifies again after every ingest, at each operation's
-:func:`~hub.receipts.classify.next_change` (so a delegation past its ack window turns orphaned
-by time alone), and once a second reads what other processes appended. It publishes the
-difference between the thread's current state and its own board: a ``STATE_SNAPSHOT`` the
-first time, ``STATE_DELTA`` afterwards (a fresh snapshot if that fails to apply). Several
-nodes may all do so: a node whose board reflects fewer records than the thread's, or an older
-time, publishes nothing, so the board never steps back. Nobody else may write the thread: the
-service reserves it with the node's guard (:meth:`~hub.server.guard.Guard.reserve`), so an
-agent connection or a ``hub.publish`` on it is refused with ``forbidden`` (a producer could
-otherwise forge the board), and reading it takes ``receipts:read`` (it shows the tenant's
-delegated work).
+:func:`~hub.receipts.board.board_state` of the tenant's records (bounded: exact counts, and the
+operations an operator acts on, see :class:`~hub.receipts.board.BoardPolicy`), plus ``records``
+(how many records it reflects), and consumers watch it like any thread: a ``STATE_SNAPSHOT``
+when they join, then ``STATE_DELTA`` s. The node classifies again after every ingest, at each
+operation's :func:`~hub.receipts.classify.next_change` (so a delegation past its ack window
+turns orphaned by time alone), and once a second reads what other processes appended. It
+publishes the difference between the thread's current state and its own board: a
+``STATE_SNAPSHOT`` the first time, ``STATE_DELTA`` afterwards (a fresh snapshot if that fails
+to apply). Several nodes may all do so: a node whose board reflects fewer records than the
+thread's, or an older time, publishes nothing, so the board never steps back. Nobody else may
+write the thread: the service reserves it with the node's guard
+(:meth:`~hub.server.guard.Guard.reserve`), so an agent connection or a ``hub.publish`` on it is
+refused with ``forbidden`` (a producer could otherwise forge the board), and reading it takes
+``receipts:read`` (it shows the tenant's delegated work).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from websockets.http11 import Response
 
 from hub.auth import RECEIPTS_READ, RECEIPTS_WRITE, Principal, tenant_key
 from hub.errors import (
+    BadPath,
     HubError,
     InvalidReceipt,
     MethodNotAllowed,
@@ -52,8 +61,9 @@ from hub.errors import (
     UnsupportedMediaType,
 )
 from hub.limits import TokenBucket
-from hub.receipts.board import board_delta
-from hub.receipts.classify import Policy
+from hub.receipts import query
+from hub.receipts.board import BoardPolicy, board_delta
+from hub.receipts.classify import Classification, Policy, classify, rfc3339
 from hub.receipts.live import LiveBoard
 from hub.receipts.model import Record, validate_record
 from hub.receipts.store import (
@@ -79,6 +89,9 @@ from hub.wire.codec import Encoding, decode, encode
 log = logging.getLogger("agui_hub.receipts")
 
 RECEIPTS_PATH = "/v1/receipts"
+OPERATIONS_PATH = "/v1/receipts/operations"
+#: Operations one page request looks through at most, filtering by state (the rest: next page).
+MAX_SCAN = 20_000
 #: The thread, per tenant, that holds the operator board of handoff receipts.
 BOARD_THREAD = "ops"
 ACK = "hub.receipts.ack"
@@ -160,9 +173,9 @@ def _time(text: Any) -> datetime | None:
 class _Tenant:
     __slots__ = ("behind", "board", "name", "unpublished")
 
-    def __init__(self, name: str, policy: Policy) -> None:
+    def __init__(self, name: str, policy: Policy, board: BoardPolicy) -> None:
         self.name = name
-        self.board = LiveBoard(policy)
+        self.board = LiveBoard(policy, board)
         #: The thread may not show this board yet: compare and publish even without a change.
         self.unpublished = True
         #: Publishing rounds in a row that found the thread reflecting more records.
@@ -181,11 +194,15 @@ class ReceiptsService:
         guard: Guard,
         store: ReceiptStore | None = None,
         policy: Policy | None = None,
+        board: BoardPolicy | None = None,
     ) -> None:
         self.hub = hub
         self.guard = guard
         self.store = store if store is not None else MemoryReceiptStore()
         self.policy = policy if policy is not None else hub.config.receipts_policy
+        self.board_policy = board if board is not None else BoardPolicy()
+        #: The trace viewer URL template (``--trace-url``), or None.
+        self.trace_url: str | None = hub.config.trace_url
         self.tail = open_tail(self.store)
         self._tenants: dict[str, _Tenant] = {}
         #: Tenants with records ingested here and not read back yet.
@@ -281,7 +298,9 @@ class ReceiptsService:
         (``application/x-ndjson``, a record a line), all or nothing; answered as the WebSocket
         ack is (``{"accepted", "duplicates"}``), or ``invalid_receipt`` naming the line (NDJSON)
         or the record and the field. Exact duplicates are accepted again and not stored twice,
-        so an agent may retry blindly."""
+        so an agent may retry blindly. And the queries, ``GET /v1/receipts/operations[/ID]``."""
+        if request.path == OPERATIONS_PATH or request.path.startswith(OPERATIONS_PATH + "/"):
+            return await self._query(request)
         if request.path != RECEIPTS_PATH:
             return None
         metrics = self.hub.metrics
@@ -339,6 +358,76 @@ class ReceiptsService:
             raise InvalidReceipt(summary, errors=errors[:MAX_ERRORS])
         return records
 
+    # -- queries over HTTP -----------------------------------------------------------------------
+
+    async def _query(self, request: HttpRequest) -> Response:
+        try:
+            if request.method != "GET":
+                raise MethodNotAllowed("use GET here")
+            principal = self.guard.authenticate(request.headers, request.query)
+            try:
+                principal.require(RECEIPTS_READ)
+            except PeerError as exc:
+                self.guard.refused(exc.code)
+                raise
+            self.guard.rate(self.guard.connection_bucket(), principal.tenant)
+            if request.path == OPERATIONS_PATH:
+                body = await self.operations_page(principal.tenant, request.query)
+            else:
+                operation_id = request.path[len(OPERATIONS_PATH) + 1 :]
+                body = await self.operation(principal.tenant, operation_id)
+        except HubError as exc:
+            return error_response(exc)
+        except ValueError:  # a tenant id the store does not take: it has no receipts
+            return error_response(BadPath("no such operation"))
+        return json_response(HTTPStatus.OK, body)
+
+    async def operations_page(self, tenant: str, params: dict[str, str]) -> dict[str, Any]:
+        """One page of the tenant's operations, newest change first (see the module)."""
+        state, limit, before = query.page_params(params)
+        now = datetime.now(UTC)
+        live = self._tenants.get(tenant)
+        board = live.board if live is not None and self._loaded else None
+        chunk = limit if state is None else 1000
+        items: list[dict[str, Any]] = []
+        scanned = 0
+        done = False
+        while len(items) < limit and scanned < MAX_SCAN:
+            refs = await self.store.operations(tenant, before=before, limit=chunk)
+            for ref in refs:
+                scanned += 1
+                c = board.classification(ref.operation_id) if board is not None else None
+                if c is None:
+                    c = await self._classify(tenant, ref.operation_id, now)
+                before = ref.change
+                if c is not None and (state is None or c.state is state):
+                    items.append(query.listed(c))
+                    if len(items) == limit:
+                        break
+            else:
+                if len(refs) < chunk:  # the last operation of the tenant was looked at
+                    done = True
+                    break
+        cursor = None if done or before is None else query.encode_cursor(before)
+        return {"as_of": rfc3339(now), "state": state, "operations": items, "next": cursor}
+
+    async def _classify(
+        self, tenant: str, operation_id: str, now: datetime
+    ) -> Classification | None:
+        records = await self.store.operation_records(tenant, operation_id)
+        return classify(records, now, self.policy).get(operation_id)
+
+    async def operation(self, tenant: str, operation_id: str) -> dict[str, Any]:
+        """One operation's classification and history, or ``not_found``."""
+        if not query.is_operation_id(operation_id):
+            raise BadPath("no such operation")
+        records = await self.store.operation_records(tenant, operation_id)
+        if not records:
+            raise BadPath("no such operation")
+        now = datetime.now(UTC)
+        c = classify(records, now, self.policy).get(operation_id)
+        return query.history(operation_id, records, c, rfc3339(now), self.trace_url)
+
     # -- the boards -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -370,7 +459,7 @@ class ReceiptsService:
     def _tenant(self, name: str) -> _Tenant:
         tenant = self._tenants.get(name)
         if tenant is None:
-            tenant = self._tenants[name] = _Tenant(name, self.policy)
+            tenant = self._tenants[name] = _Tenant(name, self.policy, self.board_policy)
         return tenant
 
     async def _read(self, tenants: set[str] | None) -> None:

@@ -4,7 +4,8 @@ Redis pub/sub is at most once. For the chaos run one node is started through thi
 SIGUSR1 starts dropping ``AGUI_CHAOS_LOSS_FRACTION`` (default 0.3) of the bus messages from the
 other nodes, as a flaky network would, and SIGUSR2 stops it. Otherwise nothing is dropped. The
 product has no such switch: the loss is a wrapper around the real bus, installed before the
-real command line runs (as ``tests/faults/lossy_node.py`` does for the tests).
+real command line runs (``tests/faults/lossy_node.py`` installs the same wrapper, lossy from
+the start, for the tests).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from hub.store.redis import RedisStore
 log = logging.getLogger("agui_hub.bench.chaos")
 
 
-class _Window:
-    def __init__(self, fraction: float) -> None:
+class LossWindow:
+    """Whether the bus loses messages now (``lossy``), and how many (``fraction``)."""
+
+    def __init__(self, fraction: float, *, lossy: bool = False) -> None:
         self.fraction = fraction
-        self.lossy = False
+        self.lossy = lossy
         self.dropped = 0
 
     def open(self, signum: int, frame: FrameType | None) -> None:
@@ -44,7 +47,7 @@ class _Window:
 class FlakyBus(Bus):
     """The real bus, dropping messages from other nodes while a window is open."""
 
-    def __init__(self, bus: Bus, window: _Window) -> None:
+    def __init__(self, bus: Bus, window: LossWindow) -> None:
         self.bus = bus
         self.window = window
 
@@ -53,6 +56,14 @@ class FlakyBus(Bus):
 
     async def unsubscribe(self, thread_id: str) -> None:
         await self.bus.unsubscribe(thread_id)
+
+    @property
+    def lag(self) -> Callable[[float], None] | None:
+        return self.bus.lag
+
+    @lag.setter
+    def lag(self, value: Callable[[float], None] | None) -> None:
+        self.bus.lag = value  # the real bus measures it
 
     async def run(
         self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
@@ -72,7 +83,9 @@ class FlakyBus(Bus):
         return getattr(self.bus, name)
 
 
-def install(window: _Window) -> None:
+def install(window: LossWindow, *, signals: bool = True) -> None:
+    """Wrap every Redis store's bus from now on; with ``signals``, SIGUSR1 and SIGUSR2 open
+    and close the window."""
     real = RedisStore.bus
 
     def bus(self: RedisStore) -> Bus:
@@ -83,10 +96,11 @@ def install(window: _Window) -> None:
         return wrapped
 
     RedisStore.bus = bus  # type: ignore[method-assign,assignment]
-    signal.signal(signal.SIGUSR1, window.open)
-    signal.signal(signal.SIGUSR2, window.close)
+    if signals:
+        signal.signal(signal.SIGUSR1, window.open)
+        signal.signal(signal.SIGUSR2, window.close)
 
 
 if __name__ == "__main__":
-    install(_Window(float(os.environ.get("AGUI_CHAOS_LOSS_FRACTION", "0.3"))))
+    install(LossWindow(float(os.environ.get("AGUI_CHAOS_LOSS_FRACTION", "0.3"))))
     sys.exit(main(sys.argv[1:]))

@@ -9,6 +9,9 @@ alone, and parsing plus classifying (the streaming path ``classify(iter_ndjson(f
 the steadier figure). Memory is the process's peak RSS (``ru_maxrss``), before and after. The
 last line gives a yardstick (``json.loads`` of one receipt line) and the load, for comparing
 machines.
+
+``... board [--operations N] [--store sqlite|redis|both]`` measures the live operator board on
+a real hub node instead (:mod:`hub.receipts.bench_board`).
 """
 
 from __future__ import annotations
@@ -157,6 +160,10 @@ def _maxrss_mb() -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is not None and list(argv[:1]) == ["board"]:
+        from hub.receipts.bench_board import main as board_main
+
+        return board_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m hub.receipts.bench", description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000, help="default 1,000,000")
     parser.add_argument("--seed", type=int, default=1)

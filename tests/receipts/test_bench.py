@@ -54,3 +54,23 @@ def test_bench_runs_as_a_module() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "300 receipts" in done.stdout
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_the_board_bench_runs_small_on_a_real_node(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The board at scale, shrunk: 300 operations (3,000 records) on a real hub node."""
+    assert main(["board", "--operations", "300", "--stream", "500", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert f"({store}): 300 operations, 3,000 records" in out
+    for pattern in [
+        rf"rebuild: {NUMBER} s",
+        rf"snapshot: {NUMBER} bytes",
+        rf"deadline to board: {NUMBER} s median",
+        rf"CPU per record: {NUMBER} us",
+    ]:
+        found = re.search(pattern, out)
+        assert found, (pattern, out)
+    late = re.search(rf"deadline to board: {NUMBER} s median, {NUMBER} s max", out)
+    assert late and float(late.group(2)) < 1.0, out

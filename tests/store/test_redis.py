@@ -12,7 +12,8 @@ from redis.crc import key_slot
 from redis_support import RedisServer
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
-from hub.store.redis import HEADER_BYTES, ORIGIN_BYTES, RedisStore, thread_keys
+from hub.store.redis import RedisStore, thread_keys
+from hub.store.redis_bus import HEADER_BYTES, ORIGIN_BYTES
 from hub.wire.codec import pack, unpack
 
 

@@ -1,0 +1,190 @@
+"""The Redis bus: how a node hears the other nodes' appends to the threads it follows.
+
+Every append is published (by the append script, hub.store.redis) on the thread's channel as a
+header (:data:`HEADER_BYTES`: the origin node, then when it was sent) and one msgpack array of
+the events. A node skips its own appends undecoded and measures the others' lag. On Redis
+Cluster the channels are shard channels (SSUBSCRIBE). redis-py reconnects a pub/sub
+connection silently; this bus notices, resubscribes and tells the node, which catches up from
+the store (whatever was published meanwhile is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterPubSub, RedisCluster
+from redis.exceptions import RedisError
+
+from hub.store.base import Bus, Event
+from hub.wire.codec import unpack
+
+log = logging.getLogger("agui_hub.redis")
+
+#: Bytes naming the node before every message an append publishes.
+ORIGIN_BYTES = 8
+#: What a published append starts with: the origin, then when it was sent (a big-endian
+#: double, the sender's wall clock), so receivers measure the bus's lag.
+HEADER_BYTES = ORIGIN_BYTES + 8
+#: Seconds between attempts to get the bus back: doubling from the first to the last (each
+#: jittered by 0.5-1.5x). The last stays short: until the bus is back, a node hears the threads
+#: it follows only through its log-head checks (every second or so), so its consumers lag; one
+#: refused connection per node every half second costs Redis nothing.
+RECONNECT_MIN = 0.05
+RECONNECT_MAX = 0.5
+
+
+class _NotingPubSub(PubSub):
+    """A PubSub that tells its bus when it connects again: redis-py reconnects and resubscribes
+    by itself, silently, and whatever was published meanwhile is gone; the node must know."""
+
+    def __init__(self, pool: Any, *, bus: RedisBus) -> None:
+        super().__init__(pool)
+        self._bus = bus
+
+    async def on_connect(self, connection: Any) -> None:
+        await super().on_connect(connection)
+        self._bus._connected()
+
+
+class RedisBus(Bus):
+    """Redis pub/sub, channels counted by subscriber: one connection per node on a single
+    Redis; on a cluster, shard channels, one connection per cluster node that owns one."""
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        channel_of: Callable[[str], str],
+        *,
+        sharded: bool = False,
+        origin: bytes = b"",
+    ) -> None:
+        #: A thread's channel name (the store's, hub.store.redis.thread_keys).
+        self.channel_of = channel_of
+        self.client = client
+        self.sharded = sharded
+        #: This node's appends: heard (the thread is alive) but not decoded or delivered.
+        self.origin = origin
+        self._refs: dict[str, int] = {}
+        self._threads: dict[bytes, str] = {}
+        self._connections = 0
+        self._lost = False
+        self.pubsub = self._new_pubsub()
+
+    def _new_pubsub(self) -> PubSub:
+        if isinstance(self.client, RedisCluster):
+            return self.client.pubsub()
+        return _NotingPubSub(self.client.connection_pool, bus=self)
+
+    async def _listen(self, *channels: str) -> None:
+        if isinstance(self.pubsub, ClusterPubSub):
+            await self.pubsub.ssubscribe(*channels)
+        else:
+            await self.pubsub.subscribe(*channels)
+
+    async def _unlisten(self, channel: str) -> None:
+        if isinstance(self.pubsub, ClusterPubSub):
+            await self.pubsub.sunsubscribe(channel)
+        else:
+            await self.pubsub.unsubscribe(channel)
+
+    async def _next(self) -> dict[str, Any] | None:
+        if isinstance(self.pubsub, ClusterPubSub):
+            return await self.pubsub.get_sharded_message(
+                ignore_subscribe_messages=True, timeout=1.0
+            )
+        message: dict[str, Any] | None
+        message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+        return message
+
+    @property
+    def channels(self) -> list[str]:
+        """The threads this node follows now."""
+        return sorted(self._refs)
+
+    def _connected(self) -> None:
+        self._connections += 1
+        if self._connections > 1:
+            self._lost = True
+
+    async def subscribe(self, thread_id: str) -> None:
+        if not self._refs.get(thread_id):
+            channel = self.channel_of(thread_id)
+            self._threads[channel.encode()] = thread_id
+            await self._listen(channel)  # counted only once it took
+        self._refs[thread_id] = self._refs.get(thread_id, 0) + 1
+
+    async def unsubscribe(self, thread_id: str) -> None:
+        refs = self._refs.get(thread_id, 0) - 1
+        if refs > 0:
+            self._refs[thread_id] = refs
+            return
+        self._refs.pop(thread_id, None)
+        channel = self.channel_of(thread_id)
+        self._threads.pop(channel.encode(), None)
+        await self._unlisten(channel)
+
+    async def run(
+        self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
+    ) -> None:
+        delay = RECONNECT_MIN
+        broken = False
+        while True:
+            if not self._refs:
+                await asyncio.sleep(0.05)
+                continue
+            if broken:
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: no herd
+                delay = min(delay * 2, RECONNECT_MAX)
+                if await self._resubscribe():
+                    broken, delay = False, RECONNECT_MIN
+                    log.warning("the Redis bus is back; catching up from the store")
+                    reconnected()
+                continue
+            try:
+                message = await self._next()
+            except Exception as exc:  # whatever it was, the reader must not die: start over
+                log.warning("lost the Redis bus (%s); reconnecting", exc)
+                broken = True
+                continue
+            if self._lost:
+                self._lost = False
+                log.warning("the Redis bus reconnected; catching up from the store")
+                reconnected()
+            if message is None or message.get("type") not in ("message", "smessage"):
+                continue
+            thread_id = self._threads.get(bytes(message["channel"]))
+            if thread_id is not None:
+                data = message["data"]
+                if data[:ORIGIN_BYTES] == self.origin:
+                    deliver(thread_id, [])
+                    continue
+                lag = self.lag
+                if lag is not None:
+                    lag(time.time() - struct.unpack(">d", data[ORIGIN_BYTES:HEADER_BYTES])[0])
+                deliver(thread_id, unpack(data[HEADER_BYTES:]))
+
+    async def _resubscribe(self) -> bool:
+        """A new pub/sub connection with every channel the node follows."""
+        with contextlib.suppress(Exception):
+            await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+        self._connections = 0  # run() reports this reconnect itself
+        self.pubsub = self._new_pubsub()
+        try:
+            channels = [self.channel_of(thread_id) for thread_id in self._refs]
+            if channels:
+                await self._listen(*channels)
+        except (RedisError, OSError):
+            return False
+        return True
+
+    async def close(self) -> None:
+        await self.pubsub.aclose()  # type: ignore[no-untyped-call]

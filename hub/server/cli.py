@@ -147,6 +147,14 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
             flag, type=float, default=default, metavar="S", help=f"seconds {what} ({default:g})"
         )
     receipts.add_argument(
+        "--settled-window",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="seconds a verified operation stays listed on the board after its last record "
+        "(then only counted; always queryable) (3600)",
+    )
+    receipts.add_argument(
         "--trace-url",
         default=None,
         metavar="TEMPLATE",
@@ -186,11 +194,14 @@ def _config(args: argparse.Namespace) -> Config:
         ),
         receipts_policy=_receipts_policy(args),
         trace_url=_trace_url(args.trace_url),
+        settled_window=args.settled_window,
         agents=_agents(args.agent, args.agent_header, args.agent_token_file),
         agent_timeout=args.agent_timeout,
     )
     if config.agent_timeout <= 0:
         raise ConfigError("--agent-timeout must be positive")
+    if not 0 <= config.settled_window < float("inf"):
+        raise ConfigError("--settled-window must be a number of seconds, 0 or more")
     if args.node:
         config.node = args.node
     return config

@@ -65,6 +65,8 @@ class Config:
     #: The trace viewer URL template (``{trace_id}`` in an http(s) URL) the operator board
     #: links a receipt's trace id to; None: no links.
     trace_url: str | None = None
+    #: Seconds a verified operation stays listed on the receipts board after its last record.
+    settled_window: float = 3600.0
     #: Agents the hub calls over HTTP (``hub.run``), by name (hub.server.upstream).
     agents: dict[str, AgentTarget] = field(default_factory=dict)
     #: Seconds an agent's stream may stay silent (or take to connect) before ``agent_timeout``.

@@ -53,6 +53,7 @@ from websockets.http11 import Response
 from hub.auth import RECEIPTS_READ, RECEIPTS_WRITE, Principal, tenant_key
 from hub.errors import (
     BadPath,
+    ConfigError,
     HubError,
     InvalidReceipt,
     MethodNotAllowed,
@@ -200,7 +201,12 @@ class ReceiptsService:
         self.guard = guard
         self.store = store if store is not None else MemoryReceiptStore()
         self.policy = policy if policy is not None else hub.config.receipts_policy
-        self.board_policy = board if board is not None else BoardPolicy()
+        if board is None:
+            try:
+                board = BoardPolicy(settled_window_s=hub.config.settled_window)
+            except ValueError as exc:
+                raise ConfigError(f"--settled-window: {exc}") from None
+        self.board_policy = board
         #: The trace viewer URL template (``--trace-url``), or None.
         self.trace_url: str | None = hub.config.trace_url
         self.tail = open_tail(self.store)

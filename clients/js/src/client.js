@@ -1,33 +1,27 @@
 // HubClient: one thread's state and messages, mirrored over a WebSocket and kept right.
 //
 // The bookkeeping (positions, gaps, failed patches, snapshots, messages) is the sans-I/O Mirror;
-// this module adds the socket, reconnection with `since` (backoff with jitter), edits
-// (hub.publish), acks for the hub's lag metrics, and events for the UI.
+// this module adds the connection to the hub (connection.js: reconnection with `since`, backoff
+// with jitter, the handshake and timeouts), edits (hub.publish), acks for the hub's lag metrics,
+// and events for the UI.
 //
-// With `transport: "sse"` the frames come over the thread's event stream instead (sse.js: an
-// EventSource, which resumes by itself with Last-Event-ID), runs go over HTTP (http-runs.js),
-// and a copy that needs repairing reconnects for a fresh join, since it cannot ask hub.resync.
+// How frames reach the client, a WebSocket or the thread's event stream (SSE: read-only, runs
+// over HTTP, a repair as a fresh join), is transport.js.
 
-import { backoffDelay, backoffOptions } from "./backoff.js";
-import { checkEncoding, decodeFrame, encodeFrame, loadMsgpack, MSGPACK_SUBPROTOCOL } from "./codec.js";
+import { backoffOptions } from "./backoff.js";
+import { checkEncoding } from "./codec.js";
+import { Connection } from "./connection.js";
 import { Edits, testOps } from "./edits.js";
 import { hubControl, MESSAGE_EVENTS, Mirror, positionOf, STATE_EVENTS } from "./mirror.js";
 import { Emitter } from "./emitter.js";
-import { HttpRuns } from "./http-runs.js";
 import { checkPatch } from "./patch.js";
-import { Runs } from "./runs.js";
-import { EventStream, eventsUrl, httpUrl } from "./sse.js";
+import { Timers } from "./timers.js";
+import { transportFor } from "./transport.js";
 import { threadUrl } from "./url.js";
 
-/** hub.error codes, sent instead of a welcome, after which trying again later may work. */
-const RETRYABLE_CODES = new Set(["unavailable", "internal"]);
-/** The query parameter that carries a token (the hub's hub/auth; browsers cannot set headers). */
-export const TOKEN_PARAM = "access_token";
-/** Close code this client uses when it drops a connection on purpose to reconnect. */
-export const CLOSE_RECONNECT = 4000;
-const OPEN = 1; // WebSocket.OPEN, the same in browsers and in the ws package
-/** How frames reach this client: a WebSocket, or the thread's event stream (SSE). */
-export const TRANSPORTS = new Set(["websocket", "sse"]);
+export { CLOSE_RECONNECT, TOKEN_PARAM } from "./connection.js";
+export { TRANSPORTS } from "./transport.js";
+
 const MAX_KEPT_ERRORS = 100;
 
 export class HubClient extends Emitter {
@@ -51,25 +45,12 @@ export class HubClient extends Emitter {
     this.thread = thread;
     this.token = options.token ?? null;
     this.encoding = checkEncoding(options.encoding ?? "json");
-    this.transport = options.transport ?? "websocket";
-    if (!TRANSPORTS.has(this.transport)) {
-      throw new TypeError(`transport must be "websocket" or "sse", not ${JSON.stringify(this.transport)}`);
-    }
-    const sse = this.transport === "sse";
-    if (sse) {
-      if (this.encoding !== "json") throw new TypeError("an event stream carries JSON only: encoding must be json");
-      this.EventSource = options.EventSource ?? globalThis.EventSource;
-      if (typeof this.EventSource !== "function") {
-        throw new TypeError("no EventSource here: pass options.EventSource");
-      }
-      const fetch = options.fetch ?? globalThis.fetch?.bind(globalThis);
-      this._fetch = fetch ?? (() => Promise.reject(new TypeError("no fetch here: pass options.fetch")));
-    } else {
-      this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
-      if (typeof this.WebSocket !== "function") {
-        throw new TypeError("no WebSocket here: pass options.WebSocket (in Node, the ws package)");
-      }
-    }
+    this._transport = transportFor(options, this.encoding);
+    /** 'websocket' | 'sse' */
+    this.transport = this._transport.name;
+    // The constructor in use (the one given, or the global one).
+    if (this._transport.WebSocket) this.WebSocket = this._transport.WebSocket;
+    else this.EventSource = this._transport.EventSource;
     this.backoff = backoffOptions(options.backoff);
     /** Give up after this many failed connection attempts in a row. */
     this.maxRetries = options.maxRetries ?? Infinity;
@@ -79,10 +60,9 @@ export class HubClient extends Emitter {
      * ms of silence after which the connection is presumed dead (the hub's heartbeat is 15 s).
      * Not over SSE: heartbeats are comments there, which EventSource does not pass on.
      */
-    this.idleTimeout = options.idleTimeout ?? (sse ? Infinity : 45_000);
+    this.idleTimeout = options.idleTimeout ?? this._transport.idleTimeout;
     /** ms between hub.ack reports of the position (0: never; the hub's lag metric uses them). */
     this.ackInterval = options.ackInterval ?? 1_000;
-    this._msgpack = options.msgpack ?? null;
     this.mirror = new Mirror(options);
     /** Edits and runs go out one at a time, in the order asked (edits.js, runs.js). */
     this._turns = 0;
@@ -94,22 +74,16 @@ export class HubClient extends Emitter {
       idle: () => this._runs.pump(),
       turn: () => ++this._turns,
     });
-    this._runs = sse
-      ? new HttpRuns({
-          url: httpUrl(this.url).href,
-          fetch: this._fetch,
-          token: () => (typeof this.token === "function" ? this.token() : this.token),
-          emit: (name, value) => this._emit(name, value),
-          timeout: options.runTimeout ?? 10_000,
-        })
-      : new Runs({
-          send: (command) => this._send(command),
-          emit: (name, value) => this._emit(name, value),
-          timeout: options.runTimeout ?? 10_000,
-          busy: (turn) => this._edits.inflight !== null || this._edits.nextTurn < turn,
-          idle: () => this._edits.pump(),
-          turn: () => ++this._turns,
-        });
+    this._runs = this._transport.runs({
+      url: this.url,
+      token: () => (typeof this.token === "function" ? this.token() : this.token),
+      send: (command) => this._send(command),
+      emit: (name, value) => this._emit(name, value),
+      timeout: options.runTimeout ?? 10_000,
+      busy: (turn) => this._edits.inflight !== null || this._edits.nextTurn < turn,
+      idle: () => this._edits.pump(),
+      turn: () => ++this._turns,
+    });
 
     /** 'connecting' | 'open' | 'closed' */
     this.status = "closed";
@@ -130,22 +104,16 @@ export class HubClient extends Emitter {
     /** Problems with frames the hub sent, newest last (undecodable frames and the like). */
     this.warnings = [];
 
-    this._ws = null;
-    this._connecting = false;
-    this._attempt = 0;
     this._closing = false;
     this._everOpen = false;
-    this._timers = { retry: null, open: null, idle: null, ack: null, close: null };
+    /** retry, open, idle and close (the connection's), ack (this client's). */
+    this._timers = new Timers();
+    this._connection = new Connection(this, { msgpack: options.msgpack });
     this._closed = null;
-    this._whenClosed = null;
-    this._fatal = null;
     this._ready = null;
     this._acked = 0;
-    this._lastFrame = 0;
     this._reported = { seq: this.mirror.seq, lag: 0 };
     this._joinCause = "join";
-    /** SSE: why this client dropped its stream for a fresh join (it cannot ask hub.resync). */
-    this._rejoinFor = null;
     this._conflictPending = false;
     this._overlay = { key: null, value: null };
     this._stateVersion = 0;
@@ -212,7 +180,7 @@ export class HubClient extends Emitter {
    * (sse.js) whose `source` is the EventSource.
    */
   get socket() {
-    return this._ws;
+    return this._connection.ws;
   }
 
   /** Resolves when connected and in sync at position `seq` or later. */
@@ -237,7 +205,7 @@ export class HubClient extends Emitter {
       let resolve, reject;
       const promise = new Promise((res, rej) => ((resolve = res), (reject = rej)));
       this._ready = { promise, resolve, reject, settled: false };
-      this._open();
+      this._connection.open();
     }
     return this._ready.promise;
   }
@@ -246,30 +214,11 @@ export class HubClient extends Emitter {
   close() {
     if (this._closed) return this._closed;
     this._closing = true;
-    for (const name of Object.keys(this._timers)) this._clear(name);
+    this._timers.clearAll();
     this._edits.cancelAll();
     this._runs.cancelAll();
     this._settleReady(new Error("this HubClient was closed"));
-    const ws = this._ws;
-    if (ws === null || ws.readyState === 3) {
-      this._ws = null;
-      this._setStatus("closed", { final: true });
-      this._closed = Promise.resolve();
-      return this._closed;
-    }
-    this._closed = new Promise((resolve) => {
-      this._whenClosed = resolve;
-      // A peer that never answers the close handshake cannot hold us: drop it after 2 s.
-      this._timer("close", 2_000, () => {
-        ws.terminate?.();
-        if (ws === this._ws) this._onClose({ code: 1006 });
-      });
-      try {
-        ws.close(1000, "client closed");
-      } catch {
-        this._onClose({ code: 1006 });
-      }
-    });
+    this._closed = this._connection.close();
     return this._closed;
   }
 
@@ -278,149 +227,14 @@ export class HubClient extends Emitter {
    * allows it), then reconnect and resume with `since` as after any disconnect.
    */
   disconnect() {
-    const ws = this._ws;
-    if (ws === null) return;
-    if (typeof ws.terminate === "function") ws.terminate();
-    else ws.close(CLOSE_RECONNECT, "reconnecting");
+    this._connection.disconnect();
   }
 
-  async _open() {
-    if (this._closing || this._connecting) return;
-    this._connecting = true;
-    this._setStatus("connecting");
-    let ws;
-    let url;
-    let token;
-    try {
-      token = typeof this.token === "function" ? await this.token() : this.token;
-    } catch (err) {
-      // Getting a token may fail for a while (its server is down): try again later.
-      this._connecting = false;
-      this._warn(`the token function failed: ${err?.message ?? err}`);
-      this._retry(1006, "no token");
-      return;
-    }
-    try {
-      if (this.encoding === "msgpack") this._msgpack ??= await loadMsgpack();
-      const [since, epoch] = this.mirror.resumePosition();
-      url = this.transport === "sse" ? eventsUrl(this.url) : new URL(this.url);
-      if (since !== null) {
-        url.searchParams.set("since", String(since));
-        url.searchParams.set("epoch", epoch);
-      }
-      if (token) url.searchParams.set(TOKEN_PARAM, token);
-      if (this._closing) return;
-      const protocols = this.encoding === "msgpack" ? [MSGPACK_SUBPROTOCOL] : undefined;
-      if (this.transport === "sse") ws = new EventStream(url.href, this.EventSource);
-      else ws = protocols ? new this.WebSocket(url.href, protocols) : new this.WebSocket(url.href);
-      ws.binaryType = "arraybuffer";
-      this._askedSince = since !== null;
-      this._heldEpoch = this.mirror.epoch;
-    } catch (err) {
-      this._fail(err); // a bad URL, a WebSocket that cannot be built: a retry will not help
-      return;
-    } finally {
-      this._connecting = false;
-    }
-    this._ws = ws;
-    this._welcomed = false;
-    this._fatal = null;
-    ws.onopen = () => {
-      if (ws !== this._ws) return;
-      if (this.encoding === "msgpack" && ws.protocol !== MSGPACK_SUBPROTOCOL) {
-        this._fatal = new Error("the hub did not accept the agui-hub.msgpack subprotocol");
-        ws.close(1000, "subprotocol refused");
-      }
-    };
-    ws.onmessage = (message) => {
-      if (ws === this._ws) this._onData(ws, message.data);
-    };
-    ws.onerror = () => {}; // a close event follows
-    ws.onclose = (event) => {
-      if (ws === this._ws) this._onClose(event);
-    };
-    ws.onreconnecting = (wasOpen) => {
-      if (ws === this._ws) this._onStreamLost(ws, wasOpen);
-    };
-    this._watchOpen(ws);
-  }
-
-  /** No welcome within openTimeout: drop this connection and try again. */
-  _watchOpen(ws) {
-    this._timer("open", this.openTimeout, () => {
-      if (ws === this._ws && !this._welcomed) ws.close(CLOSE_RECONNECT, "no welcome");
-    });
-  }
-
-  /**
-   * SSE: the stream ended or broke and the EventSource reconnects by itself, with Last-Event-ID,
-   * the position of the last event it took. That resumes this copy only if the copy is whole
-   * and at that position: not while it waits for a snapshot or holds half a repair (the source
-   * may then hold an older id); then it is dropped, and a new stream opened for a fresh join.
-   */
-  _onStreamLost(ws, wasOpen) {
-    if (!this._welcomed) {
-      // An attempt failed; the source tries again. Give up after maxRetries in a row.
-      if (this._attempt++ >= this.maxRetries) ws.close(CLOSE_RECONNECT, "no connection");
-      return;
-    }
-    this._welcomed = false;
-    this._clear("idle");
-    this._clear("ack");
-    this.closeCodes.push(1006);
-    this._edits.disconnected();
-    if (this.mirror.awaiting !== null || this.mirror.partial) {
-      ws.close(CLOSE_RECONNECT, "rejoining");
-      return;
-    }
-    this._askedSince = this.mirror.resumePosition()[0] !== null;
-    this._heldEpoch = this.mirror.epoch;
-    this._setStatus("closed", { code: 1006, reason: "stream lost", willReconnect: true, retryIn: null, wasOpen });
-    this._setStatus("connecting");
-    this._watchOpen(ws);
-  }
-
-  /** SSE: a copy that needs repairing rejoins from scratch (an event stream cannot send). */
-  _rejoin(reason) {
-    const ws = this._ws;
-    if (ws === null || this._closing) return;
-    this._rejoinFor = reason;
-    ws.close(CLOSE_RECONNECT, `rejoining (${reason})`);
-  }
-
-  _onClose(event) {
-    this._ws = null;
-    this._clear("open");
-    this._clear("idle");
-    this._clear("ack");
-    const code = event?.code ?? 1006;
+  /** The connection is gone (closed, or an event stream lost): nothing in flight is answered. */
+  _dropped() {
+    this._timers.clear("ack");
     this._edits.disconnected();
     this._runs.disconnected();
-    if (this._closing) {
-      this._clear("close");
-      this._setStatus("closed", { code, final: true });
-      this._whenClosed?.();
-      return;
-    }
-    this.closeCodes.push(code);
-    if (this._fatal) {
-      this._fail(this._fatal, code);
-      return;
-    }
-    this._retry(code, event?.reason ?? "");
-  }
-
-  /** Try again after the next backoff delay, or give up after maxRetries attempts. */
-  _retry(code, reason) {
-    if (this._closing) return;
-    const attempt = this._attempt++;
-    if (attempt >= this.maxRetries) {
-      this._fail(new Error(`gave up connecting after ${attempt} attempts`), code);
-      return;
-    }
-    const retryIn = backoffDelay(attempt, this.backoff);
-    this._setStatus("closed", { code, reason, willReconnect: true, retryIn });
-    this._timer("retry", retryIn, () => this._open(), { keepAlive: true });
   }
 
   _fail(err, code) {
@@ -446,45 +260,10 @@ export class HubClient extends Emitter {
     this._wake();
   }
 
-  _timer(name, ms, fn, { keepAlive = false } = {}) {
-    this._clear(name);
-    if (!(ms > 0) || ms === Infinity) return;
-    const timer = setTimeout(() => {
-      this._timers[name] = null;
-      fn();
-    }, ms);
-    if (!keepAlive) timer.unref?.(); // Node: housekeeping timers never hold the process open
-    this._timers[name] = timer;
-  }
-
-  _clear(name) {
-    clearTimeout(this._timers[name]);
-    this._timers[name] = null;
-  }
-
   // -- frames -----------------------------------------------------------------------------------
 
-  _onData(ws, data) {
-    let frame;
-    try {
-      frame = decodeFrame(data, this._msgpack);
-    } catch (err) {
-      this._warn(`undecodable frame: ${err.message}`);
-      return;
-    }
-    this._lastFrame = Date.now();
-    if (this._timers.idle === null) this._watchIdle(this.idleTimeout);
-    if (!this._welcomed) {
-      this._onHandshake(ws, frame);
-      return;
-    }
-    if (this.transport === "sse" && hubControl(frame)?.[0] === "hub.welcome") {
-      // A new connection of the EventSource that said nothing of losing the last one.
-      this._onStreamLost(ws, true);
-      if (!this._welcomed && ws === this._ws && ws.readyState !== 3) this._onHandshake(ws, frame);
-      this._wake();
-      return;
-    }
+  /** A frame after the welcome (connection.js). */
+  _receive(frame) {
     try {
       this._onFrame(frame);
     } catch (err) {
@@ -495,49 +274,15 @@ export class HubClient extends Emitter {
     this._wake();
   }
 
-  /** Drop a connection that has said nothing for idleTimeout (one timer, re-armed lazily). */
-  _watchIdle(ms) {
-    this._timer("idle", ms, () => {
-      const quiet = Date.now() - this._lastFrame;
-      if (quiet >= this.idleTimeout) this.disconnect();
-      else this._watchIdle(this.idleTimeout - quiet);
-    });
-  }
-
-  _onHandshake(ws, frame) {
-    const control = hubControl(frame);
-    if (control?.[0] === "hub.welcome" && control[1] && typeof control[1] === "object") {
-      this._onWelcome(control[1], frame);
-      return;
-    }
-    if (control?.[0] === "hub.error") {
-      this._noteError(control[1]);
-      if (!RETRYABLE_CODES.has(control[1]?.code)) {
-        this._fatal = new Error(`the hub refused: ${control[1]?.code}: ${control[1]?.message}`);
-      }
-    } else {
-      this._fatal = new Error(`expected hub.welcome first, got ${frame.type}`);
-    }
-    ws.close(this._fatal ? 1000 : CLOSE_RECONNECT, "no welcome");
-  }
-
-  _onWelcome(value, frame) {
-    this._welcomed = true;
-    this._clear("open");
-    const resumed = this._askedSince && value.resumed !== false;
-    if (this._askedSince && value.resumed === false) {
-      this._joinCause = value.epoch !== this._heldEpoch ? "epoch_changed" : "resume_too_old";
-    } else {
-      this._joinCause = this._rejoinFor ?? "join";
-    }
-    this._rejoinFor = null;
+  /** A welcome (connection.js): `resumed`, or a join caused by `joinCause`. */
+  _connected(value, frame, { resumed, joinCause }) {
+    this._joinCause = joinCause;
     this.mirror.connected(resumed);
     this.mirror.receive(frame);
     this.welcome = value;
     if (Number.isInteger(value.seq)) this._sawHead(value.seq, value.epoch);
     if (this._everOpen) this.reconnects++;
     this._everOpen = true;
-    this._attempt = 0;
     this._emit("welcome", value);
     this._setStatus("open", { resumed: value.resumed === true, node: value.node });
     this._edits.connected();
@@ -591,8 +336,8 @@ export class HubClient extends Emitter {
       this._emit("state", this.state, event);
     }
     if (MESSAGE_EVENTS.has(type)) this._emit("messages", this.messages, event);
-    if (this.ackInterval > 0 && this._timers.ack === null) {
-      this._timer("ack", this.ackInterval, () => this.ack());
+    if (this.ackInterval > 0 && !this._timers.has("ack")) {
+      this._timers.set("ack", this.ackInterval, () => this.ack());
     }
   }
 
@@ -642,15 +387,7 @@ export class HubClient extends Emitter {
 
   /** Send one command now; false if there is no open connection. */
   _send(command) {
-    if (this.transport === "sse") {
-      // Nothing goes up an event stream: a repair is a fresh join; acks are not sent.
-      if (command.type === "hub.resync") this._rejoin(command.reason);
-      return false;
-    }
-    const ws = this._ws;
-    if (ws === null || ws.readyState !== OPEN || !this._welcomed) return false;
-    ws.send(encodeFrame(command, this.encoding, this._msgpack));
-    return true;
+    return this._connection.send(command);
   }
 
   // -- writing ----------------------------------------------------------------------------------
@@ -712,7 +449,7 @@ export class HubClient extends Emitter {
   }
 
   _needSocket(what) {
-    if (this.transport === "sse") {
+    if (!this._transport.canSend) {
       throw new Error(`${what}() needs the WebSocket transport: an event stream consumer cannot send edits`);
     }
   }

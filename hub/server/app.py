@@ -227,7 +227,8 @@ class HubServer:
         cors = self._cors(request.headers)
         if request.method == "OPTIONS":
             return _preflight(cors)
-        if self.draining and request.method != "GET":
+        if self.draining and (request.method != "GET" or request.path.endswith("/events")):
+            # New work and new streams go elsewhere; reads and health pages are still served.
             return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
         response: Response | Stream = not_found()
         for page in self.pages:

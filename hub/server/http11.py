@@ -43,6 +43,8 @@ HEAD_TIMEOUT = 10.0
 IDLE_TIMEOUT = 60.0
 #: Seconds a request body may take to arrive.
 BODY_TIMEOUT = 30.0
+#: Seconds the rest of a refused body is read and dropped before the connection closes.
+LINGER = 2.0
 
 _UPGRADE = re.compile(rb"\r\nupgrade:[ \t]*websocket[ \t]*(\r\n|$)", re.IGNORECASE)
 
@@ -112,6 +114,10 @@ class HttpConnection(asyncio.Protocol):
         self._closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
         self._streaming = False
+        #: Answered before the request's body was read: discard what still comes, a while,
+        #: so the client reads the answer rather than a reset (a lingering close).
+        self._discarding = False
+        self._eof = False
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -121,12 +127,18 @@ class HttpConnection(asyncio.Protocol):
         self._task = asyncio.get_running_loop().create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         self.h11.receive_data(data)
         self._readable.set()
         if len(self.h11.trailing_data[0]) > MAX_HEAD + self.max_body and self.transport:
             self.transport.pause_reading()  # pipelined far ahead: read on once served
 
     def eof_received(self) -> bool:
+        self._eof = True
+        if self._discarding:
+            self._readable.set()
+            return True
         with contextlib.suppress(h11.RemoteProtocolError):
             self.h11.receive_data(b"")
         self._readable.set()
@@ -212,9 +224,34 @@ class HttpConnection(asyncio.Protocol):
             log.exception("HTTP connection failed")
         finally:
             if self.transport is not None:
+                if self._discarding and not self._lost:
+                    await self._linger()
                 self.transport.close()
 
+    async def _linger(self) -> None:
+        """After answering a request whose body was not read: stop writing, and drop what the
+        client still sends until it stops (or LINGER seconds), so it gets to read the answer."""
+        assert self.transport is not None
+        self.transport.resume_reading()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        deadline = asyncio.get_running_loop().time() + LINGER
+        while not (self._lost or self._eof):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            self._readable.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._readable.wait(), left)
+
     async def _exchange(self, head: h11.Request) -> None:
+        size = len(head.target) + sum(len(k) + len(v) + 4 for k, v in head.headers.raw_items())
+        if size > MAX_HEAD:  # h11 bounds only a head still arriving; this one came whole
+            status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+            self._answer(
+                plain(status, "request header fields too large\n"), head_only=False, close=True
+            )
+            return
         method = head.method.decode("ascii", "replace")
         headers = Headers(
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers.raw_items()]
@@ -235,6 +272,7 @@ class HttpConnection(asyncio.Protocol):
                     too_big = True
                     break
         if too_big:
+            self._discarding = True
             status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
             self._answer(
                 _json(status, "frame_too_large", f"the body is over {self.max_body} bytes"),

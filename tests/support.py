@@ -70,8 +70,9 @@ class HubProcess:
                 self.port = int(match.group(1))
                 return self
             time.sleep(0.05)
+        output = self.log()  # read before stop() removes the file
         self.stop()
-        raise RuntimeError("hub did not start:\n" + self.log())
+        raise RuntimeError("hub did not start:\n" + output)
 
     def log(self) -> str:
         return Path(self.log_file.name).read_text(errors="replace")

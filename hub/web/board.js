@@ -112,6 +112,7 @@ function setFilter(state) {
 /** Fetch one page of the filtered state (the newest for cursor null). */
 async function loadPage(cursor) {
   const request = ++pageRequest;
+  paging.loading = true; // older/newer wait for this page: a double click moves one page
   const params = new URLSearchParams({ state: filter, limit: String(PAGE) });
   if (cursor) params.set("cursor", cursor);
   try {
@@ -125,16 +126,17 @@ async function loadPage(cursor) {
     if (request !== pageRequest) return;
     paging.error = String(err.message ?? err);
   }
+  paging.loading = false;
   if (lastClient) render(lastClient);
 }
 
 older.addEventListener("click", () => {
-  if (!paging.next) return;
+  if (!paging.next || paging.loading) return;
   paging.cursors.push(paging.cursor);
   loadPage(paging.next);
 });
 newer.addEventListener("click", () => {
-  if (paging.cursors.length === 0) return;
+  if (paging.cursors.length === 0 || paging.loading) return;
   loadPage(paging.cursors.pop());
 });
 
@@ -186,8 +188,8 @@ function render(client) {
     rows.replaceChildren(...paging.items.map((op) => row(asText(op.operation_id), op)));
     moreNote.textContent = "";
     pager.hidden = false;
-    older.disabled = !paging.next;
-    newer.disabled = paging.cursors.length === 0;
+    older.disabled = !paging.next || paging.loading === true;
+    newer.disabled = paging.cursors.length === 0 || paging.loading === true;
     none.hidden = paging.items.length > 0;
     return;
   }
@@ -207,7 +209,10 @@ function render(client) {
   none.hidden = operations.length > 0;
 }
 
+let historyRequest = 0;
+
 async function showHistory(id) {
+  const request = ++historyRequest;
   historyBox.hidden = false;
   const title = el("h2", { text: `Operation ${id}` });
   historyBox.replaceChildren(title, el("p", { className: "hint", text: "loading…" }));
@@ -215,9 +220,11 @@ async function showHistory(id) {
   try {
     body = await getJson(`${API}/${encodeURIComponent(id)}`);
   } catch (err) {
+    if (request !== historyRequest) return; // another operation was opened meanwhile
     historyBox.replaceChildren(title, el("p", { className: "bar-error", text: String(err.message ?? err) }));
     return;
   }
+  if (request !== historyRequest) return; // another operation was opened meanwhile
   const c = isObject(body.classification) ? body.classification : {};
   const summary = el(
     "p",

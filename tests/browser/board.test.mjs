@@ -306,6 +306,13 @@ test("a count filters the table, and newer/older page through the state", async 
   await click("newer");
   p = await showsPage(pages[0], "the first page again");
   assert.deepEqual({ newer: p.newer, older: p.older }, { newer: true, older: false });
+  // A double click moves one page, not two (the second click comes while the page loads),
+  // and one "newer" brings the first page back.
+  await page.dblclick('[data-testid="older"]', { timeout: 5_000 });
+  p = await showsPage(pages[1], "one page on after a double click");
+  await click("newer");
+  p = await showsPage(pages[0], "the first page after one newer");
+  assert.deepEqual({ newer: p.newer, older: p.older }, { newer: true, older: false });
 
   // The page's own requests: GET /v1/receipts/operations?state=orphaned&limit=PAGE, each older
   // one with the cursor the previous answer gave, with the token, and the same answers here.

@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeAlias, cast
+from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
 from pydantic import (
     BaseModel,
@@ -33,7 +33,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, SchemaValidator, core_schema
 
 from hub.errors import InvalidReceipt
 
@@ -335,6 +335,62 @@ def parse_ndjson(lines: Iterable[str | bytes], *, max_errors: int = 20) -> list[
         summary = f"{bad} bad line{'s' if bad != 1 else ''}; first: {errors[0]}"
         raise InvalidReceipt(summary, errors=errors)
     return records
+
+
+def _stored_at(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is not UTC:  # not as the canonical form writes it ("...Z")
+        raise PydanticCustomError("rfc3339", "not a stored time")
+    return parsed
+
+
+def _stored_validator(model: type[_Record]) -> SchemaValidator:
+    """A validator of ``model``'s canonical JSON that checks its shape (exactly its fields,
+    each of the right JSON type, ``at`` a UTC time) and none of the fields' rules."""
+    fields: dict[str, core_schema.ModelField] = {}
+    for name, info in model.model_fields.items():
+        options = get_args(info.annotation) or (info.annotation,)
+        base = next(arg for arg in options if arg is not type(None))
+        schema: core_schema.CoreSchema
+        if name == "at":
+            schema = core_schema.no_info_after_validator_function(
+                _stored_at, core_schema.str_schema(strict=True)
+            )
+        elif base is int:
+            schema = core_schema.int_schema(strict=True)
+        else:  # str, or a Literal of strings
+            schema = core_schema.str_schema(strict=True)
+        if type(None) in options:
+            schema = core_schema.nullable_schema(schema)
+        fields[name] = core_schema.model_field(schema)  # required: the canonical form has all
+    return SchemaValidator(
+        core_schema.model_schema(
+            model, core_schema.model_fields_schema(fields, extra_behavior="forbid")
+        )
+    )
+
+
+_STORED_RECEIPT = _stored_validator(Receipt).validate_json
+_STORED_ACTION = _stored_validator(Action).validate_json
+
+
+def stored_record(body: str | bytes) -> Record:
+    """A record read back from a receipt store: its stored bytes, the canonical JSON that
+    :meth:`~_Record.canonical` wrote after the record was validated on its way in, decoded
+    without checking every field's rules again (most of a large read's cost). The store's
+    bytes are the authority, and only they come here: anything from a peer goes through
+    :func:`parse_record` or :func:`validate_record`.
+
+    It still checks the shape it trusts: a JSON object with exactly the fields of a receipt
+    (or, with ``"kind"``, of an action), each of its JSON type, ``at`` a UTC time as the
+    canonical form writes it. Anything else (a row written some other way) is validated in
+    full, so it is refused as before (:class:`~pydantic.ValidationError`), never taken
+    half-checked."""
+    kind = b'"kind"' in body if isinstance(body, bytes) else '"kind"' in body
+    try:
+        return cast(Record, (_STORED_ACTION if kind else _STORED_RECEIPT)(body))
+    except ValidationError:
+        return RECORD.validate_json(body)
 
 
 def dump_ndjson(records: Iterable[Record]) -> Iterator[bytes]:

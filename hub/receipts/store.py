@@ -5,6 +5,10 @@ Records are never updated or deleted; the current state is always derived from t
 (:meth:`hub.receipts.model.Receipt.key`), and an exact duplicate is accepted once: appending it
 again stores nothing and counts as not new. Records come back in the order they were stored.
 
+Reading back decodes the stored bytes (:func:`~hub.receipts.model.stored_record`): they were
+validated on the way in, and the store's bytes are the authority, so a read does not check
+every field again.
+
 Two indexes beside each log answer the queries of ``GET /v1/receipts/operations`` without
 reading the log: the tenant's operations by their latest change (:meth:`ReceiptStore.operations`,
 newest first, from a position on: keyset paging, stable while records arrive) and each
@@ -41,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hub.errors import Unavailable
-from hub.receipts.model import RECORD, Record, key_of
+from hub.receipts.model import Record, key_of, stored_record
 from hub.store.sqlite_file import SqliteFile
 
 if TYPE_CHECKING:
@@ -90,6 +94,13 @@ class ReceiptStore(ABC):
     @abstractmethod
     async def records(self, tenant: str) -> list[Record]:
         """Every record of the tenant, in the order stored (empty for an unknown tenant)."""
+
+    async def log_page(self, tenant: str, start: int, limit: int) -> list[bytes]:
+        """At most ``limit`` of the tenant's records as stored (their canonical JSON, see
+        :func:`~hub.receipts.model.stored_record`), from the ``start``-th one (from 0), in the
+        order stored. Through :meth:`records` (the whole log) unless a backend reads a page
+        by itself."""
+        return [r.canonical() for r in (await self.records(tenant))[start : start + limit]]
 
     @abstractmethod
     async def tenants(self) -> list[str]:
@@ -168,11 +179,15 @@ class MemoryReceiptStore(ReceiptStore):
         check_tenant(tenant)
         log = self._logs.get(tenant, [])
         positions = self._by_op.get(tenant, {}).get(operation_id, [])
-        return [RECORD.validate_json(log[p - 1]) for p in positions]
+        return [stored_record(log[p - 1]) for p in positions]
 
     async def records(self, tenant: str) -> list[Record]:
         check_tenant(tenant)
-        return [RECORD.validate_json(body) for body in self._logs.get(tenant, [])]
+        return [stored_record(body) for body in self._logs.get(tenant, [])]
+
+    async def log_page(self, tenant: str, start: int, limit: int) -> list[bytes]:
+        check_tenant(tenant)
+        return self._logs.get(tenant, [])[start : start + limit]
 
     async def tenants(self) -> list[str]:
         return sorted(t for t, log in self._logs.items() if log)
@@ -282,7 +297,7 @@ class SqliteReceiptStore(ReceiptStore):
                 "SELECT body FROM receipts WHERE tenant = ? ORDER BY id", (tenant,)
             ).fetchall()
         )
-        return [RECORD.validate_json(row[0]) for row in rows]
+        return [stored_record(row[0]) for row in rows]
 
     async def tenants(self) -> list[str]:
         rows: list[tuple[str]] = await self._run(
@@ -311,7 +326,7 @@ class SqliteReceiptStore(ReceiptStore):
             "AND json_extract(body, '$.operation_id') = ? ORDER BY id",
             (tenant, operation_id),
         )
-        return [RECORD.validate_json(row[0]) for row in rows]
+        return [stored_record(row[0]) for row in rows]
 
     async def _query(self, sql: str, args: tuple[Any, ...]) -> Any:
         try:
@@ -409,7 +424,7 @@ class RedisReceiptStore(ReceiptStore):
             entries: Any = await self.client.xrange(log_key)
         except _redis_errors() as exc:
             raise Unavailable("the receipt store is unavailable; retry") from exc
-        return [RECORD.validate_json(fields[b"r"]) for _, fields in entries]
+        return [stored_record(fields[b"r"]) for _, fields in entries]
 
     async def tenants(self) -> list[str]:
         try:
@@ -443,7 +458,7 @@ class RedisReceiptStore(ReceiptStore):
                 found: list[Any] = await pipe.execute()
         except _redis_errors() as exc:
             raise Unavailable("the receipt store is unavailable; retry") from exc
-        return [RECORD.validate_json(entries[0][1][b"r"]) for entries in found if entries]
+        return [stored_record(entries[0][1][b"r"]) for entries in found if entries]
 
     async def close(self) -> None:
         await self.client.aclose()

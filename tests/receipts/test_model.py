@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from hub.errors import ERROR_CODES, InvalidReceipt, PeerError
 from hub.receipts.model import (
@@ -17,6 +18,7 @@ from hub.receipts.model import (
     iter_ndjson,
     parse_ndjson,
     parse_record,
+    stored_record,
     validate_record,
 )
 from receipts.builders import FIXTURE, TRACE, act, r
@@ -279,3 +281,35 @@ def test_dump_ndjson_round_trips_receipts_and_actions() -> None:
     lines = list(dump_ndjson(records))
     assert all(chunk.endswith(b"\n") and chunk.count(b"\n") == 1 for chunk in lines)
     assert parse_ndjson(b"".join(lines).splitlines()) == records
+
+
+def test_a_stored_record_decodes_to_the_record_that_was_stored() -> None:
+    records = [
+        r("delegated", 0),
+        r("waiting", 1.5, reason="approval_required"),
+        act("redispatch", 45, evidence_h="h-2"),
+        parse_record(json.dumps(good(at="2026-11-30T12:40:00.25+01:00"))),
+    ]
+    for record in records:
+        stored = stored_record(record.canonical())
+        assert stored == record and type(stored) is type(record)
+        assert stored.at.tzinfo is UTC and stored.canonical() == record.canonical()
+        assert stored_record(record.canonical().decode()) == record
+
+
+def test_a_stored_row_not_in_the_stored_form_is_validated_in_full() -> None:
+    # Not canonical but valid: a field left out, another offset. Taken, as validation gives it.
+    loose = json.dumps(good(at="2026-11-30T12:40:00+01:00"))
+    assert stored_record(loose) == parse_record(loose)
+    # Not valid: refused as before.
+    record = json.loads(r("delegated", 0).canonical())
+    missing = {k: v for k, v in record.items() if k != "trace_id"}
+    for bad in (
+        {**record, "extra": 1},
+        missing,
+        {**record, "at": "2026-11-30 11:00:00"},
+        {**record, "at": 1764500400},
+        [record],
+    ):
+        with pytest.raises(ValidationError):
+            stored_record(json.dumps(bad))

@@ -332,7 +332,15 @@ class OperationFold:
         #: Records dated after the ``now`` of the last call (rare: clocks that run ahead).
         self._future: list[Record] | None = None
 
-    def add(self, record: Record) -> None:
+    def add(self, record: Record, now: datetime | None = None) -> None:
+        """Fold in a record. With ``now`` (no later than the next call's), one dated at or
+        before it is folded at once and not kept; others wait aside until they come due."""
+        if now is not None and record.at <= now:
+            op = self._op
+            if op is None:
+                op = self._op = _Operation(record.at)
+            op.add(record)
+            return
         if self._future is None:
             self._future = []
         self._future.append(record)

@@ -12,7 +12,7 @@ follows what is listed, not how many operations there are. A server feeds it rec
 arrive (:meth:`LiveBoard.add`), brings it up to a time (:meth:`LiveBoard.update`), and sleeps
 until :meth:`LiveBoard.next_change`::
 
-    board.add(new_records)
+    board.add(new_records, now)              # folded at once: the records are not kept
     if board.update(now):                    # some operation's classification changed
         publish(board.state(now))
     sleep_until(board.next_change())
@@ -70,8 +70,12 @@ class LiveBoard:
     def counts(self) -> dict[str, int]:
         return {state.value: len(self._lists[state]) for state in State}
 
-    def add(self, records: Iterable[Record]) -> None:
-        """Fold in new records (never one added before: the store's log has no duplicates)."""
+    def add(self, records: Iterable[Record], now: datetime | None = None) -> None:
+        """Fold in new records (never one added before: the store's log has no duplicates).
+        With ``now``, which must be no later than the next :meth:`update`'s, the records dated
+        at or before it are folded at once and not kept, so a log added chunk by chunk costs
+        the folds and one chunk; without it (or for records dated later) they wait in their
+        operation's fold until an update reaches their time."""
         folds = self._folds
         dirty = self._dirty
         n = 0
@@ -80,7 +84,7 @@ class LiveBoard:
             fold = folds.get(operation_id)
             if fold is None:
                 fold = folds[operation_id] = OperationFold(operation_id)
-            fold.add(record)
+            fold.add(record, now)
             dirty.add(operation_id)
             n += 1
         self._count += n

@@ -468,9 +468,12 @@ class ReceiptsService:
             tenant = self._tenants[name] = _Tenant(name, self.policy, self.board_policy)
         return tenant
 
-    async def _read(self, tenants: set[str] | None) -> None:
-        for name, records in (await self.tail.read(tenants)).items():
-            self._tenant(name).board.add(records)
+    async def _read(self, tenants: set[str] | None, now: datetime) -> None:
+        """Fold what is new into the boards, chunk by chunk (a first read is a whole log: it
+        costs the folds and one chunk). ``now`` is no later than the boards' next update."""
+        async for chunk in self.tail.chunks(tenants):
+            for name, records in chunk.items():
+                self._tenant(name).board.add(records, now)
 
     async def _cycle(self) -> None:
         """Read what is new, classify what changed or came due, publish what differs."""
@@ -481,7 +484,7 @@ class ReceiptsService:
             self._polled_at = clock
         try:
             if poll or touched:
-                await self._read(None if poll else touched)
+                await self._read(None if poll else touched, datetime.now(UTC))
         except BaseException:
             self._touched |= touched
             raise
@@ -512,7 +515,7 @@ class ReceiptsService:
             if isinstance(seen, int) and seen > board.records:
                 # Another node reflects records this one has not read yet: read, or stand by
                 # (unless that lasts: then the store lost records the thread still shows).
-                await self._read({tenant.name})
+                await self._read({tenant.name}, now)
                 board.update(now)
                 if seen > board.records and tenant.behind < BEHIND_LIMIT:
                     tenant.behind += 1

@@ -105,3 +105,18 @@ def test_stale_deadlines_do_not_pile_up() -> None:
         board.update(t(2 + i / 10))
     assert len(board._due) <= 2 * len(board._next) + 64
     assert board.next_change() == t(2 + 499 / 10) + timedelta(seconds=100)
+
+
+def test_records_added_with_a_time_are_folded_at_once_and_not_kept() -> None:
+    all_records = records()  # op-4's delegation is dated later than the times below
+    board = LiveBoard(POLICY)
+    for start in range(0, len(all_records), 3):  # chunk by chunk, as a node reads a log
+        board.add(all_records[start : start + 3], t(200))
+    kept = [fold._future for fold in board._folds.values() if fold._future]
+    assert kept == [[all_records[-1]]]  # only the record not due yet waits aside
+    for seconds in (200, 300, 400, 500):
+        board.update(t(seconds))
+        assert board.state(t(seconds)) == board_state(
+            classify(all_records, t(seconds), POLICY), t(seconds)
+        )
+        assert board.next_change() == expected_change(all_records, t(seconds))

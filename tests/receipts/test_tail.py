@@ -86,3 +86,31 @@ async def test_large_logs_are_read_in_chunks(
     await store.append("beta", RECORDS[:3])
     assert await tail.read() == {"acme": RECORDS, "beta": RECORDS[:3]}
     assert await tail.read() == {}
+
+
+async def test_a_read_never_hands_over_more_than_a_chunk_at_once(
+    store: ReceiptStore, tail: LogTail, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tail_module, "CHUNK", 2)
+    logs = {"acme": RECORDS, "beta": RECORDS[:3], "gamma": RECORDS[1:]}
+    for tenant, records in logs.items():
+        await store.append(tenant, records)
+    got: dict[str, list[Record]] = {}
+    async for chunk in tail.chunks():
+        assert 1 <= sum(len(batch) for batch in chunk.values()) <= 2
+        for tenant, batch in chunk.items():
+            got.setdefault(tenant, []).extend(batch)
+    assert got == logs
+    assert await tail.read() == {}
+
+
+async def test_a_read_stopped_part_way_goes_on_after_the_last_chunk_handed_over(
+    store: ReceiptStore, tail: LogTail, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tail_module, "CHUNK", 2)
+    await store.append("acme", RECORDS)
+    chunks = tail.chunks()
+    first = await anext(chunks)
+    await chunks.aclose()  # the caller leaves the loop (or the store failed)
+    assert list(first["acme"]) == RECORDS[:2]
+    assert await tail.read() == {"acme": RECORDS[2:]}

@@ -45,7 +45,7 @@ import time
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Response
@@ -380,7 +380,8 @@ class ReceiptsService:
             if request.path == OPERATIONS_PATH:
                 body = await self.operations_page(principal.tenant, request.query)
             else:
-                operation_id = request.path[len(OPERATIONS_PATH) + 1 :]
+                # The id as the client percent-encoded it (a browser encodes ':'), decoded.
+                operation_id = unquote(request.path[len(OPERATIONS_PATH) + 1 :])
                 body = await self.operation(principal.tenant, operation_id)
         except HubError as exc:
             return error_response(exc)

@@ -420,7 +420,6 @@ test("trace links URL-encode the trace id, and take only http(s) templates", asy
 
 test(
   "an operation id with ':' opens its history",
-  { todo: "GET /v1/receipts/operations/{id} does not percent-decode the id; the page sends op%3Acolon.1" },
   async () => {
     const own = [];
     const tab = await openBoard("colon", own);

@@ -58,7 +58,7 @@ TRACES = {
     "h-retry-2": "b7ad6b7169203331b7ad6b7169203331",
 }
 #: The tests of board.test.mjs that must pass (besides the one marked todo).
-TESTS = 6
+TESTS = 7
 
 
 def page_size() -> int:
@@ -215,7 +215,6 @@ def test_the_operator_board_counts_filters_pages_and_opens_histories_in_chromium
     took = time.monotonic() - started
     report = f"{suite.stdout[-20000:]}\n{suite.stderr[-5000:]}\nhub log:\n{hub.log()[-3000:]}"
     assert suite.returncode == 0, f"the board page tests failed ({took:.1f} s):\n{report}"
-    # The spec reporter's summary ("# pass 6", or with an information sign before it); the
-    # test marked todo (a known bug, see board.test.mjs) counts apart until it passes.
+    # The spec reporter's summary ("# pass 7", or with an information sign before it).
     passed = re.search(r"^(?:#|\u2139) pass (\d+)$", suite.stdout, re.MULTILINE)
     assert passed is not None and int(passed.group(1)) >= TESTS, report

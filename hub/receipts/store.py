@@ -29,7 +29,9 @@ position of an operation's latest record: positions grow with every record store
   position (``:seq``), keeps the sorted set ``:ops`` (operation id scored by its latest
   position) and, per operation, the list ``:op:OPERATION`` of its stream entry ids. Tenants are
   listed in ``agui:receipts:tenants``. A large append goes in chunks of :data:`REDIS_CHUNK`
-  records, each chunk atomic. (A log written before these indexes has no entries in them.)
+  records, each chunk atomic. A mark ``:ix`` says how much of the stream the indexes cover;
+  a log written before them (or before the mark) is indexed from its stream, in bounded steps,
+  before a query reads the indexes (:mod:`hub.receipts.redis_index`).
 
 A backend is imported only when its URL is opened.
 """
@@ -46,6 +48,7 @@ from urllib.parse import urlsplit
 
 from hub.errors import Unavailable
 from hub.receipts.model import Record, key_of, stored_record
+from hub.receipts.redis_index import BACKFILL_CHUNK, RedisIndex, in_stream_order
 from hub.store.sqlite_file import SqliteFile
 
 if TYPE_CHECKING:
@@ -341,24 +344,6 @@ class SqliteReceiptStore(ReceiptStore):
 REDIS_PREFIX = "agui:"
 REDIS_TENANTS = f"{REDIS_PREFIX}receipts:tenants"
 
-# KEYS: log stream, key set, operations (sorted set), position counter, then the entry lists of
-# the operations of this call. ARGV: per record its key, the record, its operation id and the
-# index in KEYS of that operation's list. Appends the records whose key is not in the set yet,
-# and indexes them; returns how many it appended.
-REDIS_APPEND = """
-local added = 0
-for i = 1, #ARGV, 4 do
-  if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
-    local id = redis.call('XADD', KEYS[1], '*', 'k', ARGV[i], 'r', ARGV[i + 1])
-    local position = redis.call('INCR', KEYS[4])
-    redis.call('ZADD', KEYS[3], position, ARGV[i + 2])
-    redis.call('RPUSH', KEYS[tonumber(ARGV[i + 3])], id)
-    added = added + 1
-  end
-end
-return added
-"""
-
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
     from redis.exceptions import RedisError
@@ -380,9 +365,9 @@ def redis_tag(tenant: str) -> str:
 class RedisReceiptStore(ReceiptStore):
     """Receipts in Redis Streams; see the module docstring."""
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis, *, backfill_chunk: int = BACKFILL_CHUNK) -> None:
         self.client = client
-        self._append = client.register_script(REDIS_APPEND)
+        self.index = RedisIndex(client, chunk=backfill_chunk)
 
     @classmethod
     async def open(cls, url: str) -> RedisReceiptStore:
@@ -402,7 +387,7 @@ class RedisReceiptStore(ReceiptStore):
         try:
             await self.client.sadd(REDIS_TENANTS, tenant)
             for start in range(0, len(encoded), REDIS_CHUNK):
-                keys = [log_key, keys_key, f"{tag}:ops", f"{tag}:seq"]
+                keys = [log_key, keys_key, f"{tag}:ops", f"{tag}:seq", f"{tag}:ix"]
                 index: dict[str, int] = {}
                 args: list[str | bytes | int] = []
                 chunk = records[start : start + REDIS_CHUNK]
@@ -413,7 +398,10 @@ class RedisReceiptStore(ReceiptStore):
                         keys.append(f"{tag}:op:{operation_id}")
                         index[operation_id] = len(keys)
                     args += [key, body, operation_id, index[operation_id]]
-                added += int(await self._append(keys=keys, args=args))
+                count, indexed = await self.index.append(keys=keys, args=args)
+                added += int(count)
+                if not indexed:  # the index is behind: the next query catches it up
+                    self.index.behind(tag)
         except _redis_errors() as exc:
             raise Unavailable("the receipt store could not take the records; retry") from exc
         return added
@@ -433,11 +421,20 @@ class RedisReceiptStore(ReceiptStore):
             raise Unavailable("the receipt store is unavailable; retry") from exc
         return sorted(m.decode() for m in members)
 
+    async def catch_up(self, tenant: str) -> None:
+        """Index what the tenant's log holds beyond its indexes (records a hub from before them
+        appended); the queries call it first (see :meth:`RedisIndex.catch_up`)."""
+        try:
+            await self.index.catch_up(redis_tag(tenant))
+        except _redis_errors() as exc:
+            raise Unavailable("the receipt store is unavailable; retry") from exc
+
     async def operations(
         self, tenant: str, *, before: int | None = None, limit: int = 100
     ) -> list[OperationRef]:
         limit = _limit(limit)
         top = "+inf" if before is None else f"({before}"
+        await self.catch_up(tenant)
         try:
             rows: list[Any] = await self.client.zrevrangebyscore(
                 f"{redis_tag(tenant)}:ops", top, "-inf", start=0, num=limit, withscores=True
@@ -448,10 +445,12 @@ class RedisReceiptStore(ReceiptStore):
 
     async def operation_records(self, tenant: str, operation_id: str) -> list[Record]:
         tag = redis_tag(tenant)
+        await self.catch_up(tenant)
         try:
             ids: list[Any] = await self.client.lrange(f"{tag}:op:{operation_id}", 0, -1)
             if not ids:
                 return []
+            ids = in_stream_order(ids)
             async with self.client.pipeline(transaction=False) as pipe:
                 for entry_id in ids:
                     pipe.xrange(f"{tag}:log", min=entry_id, max=entry_id, count=1)

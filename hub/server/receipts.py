@@ -12,7 +12,8 @@ or with ``hub.error`` (``value.frame`` names the frame). A batch is all or nothi
 record and nothing of it is stored, the error (``invalid_receipt``) listing every problem in
 ``value.errors`` (``records[I]: FIELD: ...``, never the refused value).
 
-Queries (scope ``receipts:read``, the tenant from the token): ``GET /v1/receipts/operations``
+Over plain HTTP (:mod:`hub.server.receipts_http`): the same ingest, ``POST /v1/receipts``, and
+the queries (scope ``receipts:read``, the tenant from the token): ``GET /v1/receipts/operations``
 pages through every operation of the tenant, newest change first, with its classification
 (``?state=&limit=&cursor=``, see :mod:`hub.receipts.query`), and
 ``GET /v1/receipts/operations/{id}`` gives one operation's history. Both read the store's
@@ -43,9 +44,8 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
-from http import HTTPStatus
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Response
@@ -56,10 +56,8 @@ from hub.errors import (
     ConfigError,
     HubError,
     InvalidReceipt,
-    MethodNotAllowed,
     PatchFailed,
     PeerError,
-    UnsupportedMediaType,
 )
 from hub.limits import TokenBucket
 from hub.receipts import query
@@ -77,20 +75,13 @@ from hub.receipts.tail import open_tail
 from hub.server.guard import Guard
 from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
-from hub.server.transport.common import (
-    WebSocket,
-    error_response,
-    json_response,
-    query_of,
-    refuse,
-)
+from hub.server.transport.common import WebSocket, query_of, refuse
 from hub.wire import control
 from hub.wire.codec import Encoding, decode, encode
 
 log = logging.getLogger("agui_hub.receipts")
 
 RECEIPTS_PATH = "/v1/receipts"
-OPERATIONS_PATH = "/v1/receipts/operations"
 #: Operations one page request looks through at most, filtering by state (the rest: next page).
 MAX_SCAN = 20_000
 #: The thread, per tenant, that holds the operator board of handoff receipts.
@@ -100,8 +91,6 @@ ACK = "hub.receipts.ack"
 MAX_BATCH = 500
 #: Problems listed in one ``invalid_receipt`` error at most.
 MAX_ERRORS = 20
-#: Records one ``POST /v1/receipts`` may carry as NDJSON (its bytes are bounded too).
-MAX_HTTP_RECORDS = 10_000
 #: Seconds between looks at what other processes appended; the longest the board sleeps.
 TICK = 1.0
 #: Seconds after a change is due before the board looks (so ``now`` is past it).
@@ -186,8 +175,9 @@ class _Tenant:
 class ReceiptsService:
     """Receipt ingest and the operator boards of one node. Owns the receipt store.
 
-    Mounted by the server as the WebSocket route ``/v1/receipts``; it reserves the board
-    thread of every tenant with ``guard`` (see the module's docstring)."""
+    Mounted by the server as the WebSocket route ``/v1/receipts`` and as the HTTP routes of
+    :mod:`hub.server.receipts_http` (:attr:`routes`); it reserves the board thread of every
+    tenant with ``guard`` (see the module's docstring)."""
 
     def __init__(
         self,
@@ -218,6 +208,12 @@ class ReceiptsService:
         self._loaded = False
         self._polled_at = 0.0
         self._failing = False
+        # Imported here: the routes module imports this one (its parser, its paths).
+        from hub.server.receipts_http import ReceiptsRoutes
+
+        #: ``POST /v1/receipts`` and ``GET /v1/receipts/operations[/ID]``, mounted by
+        #: :meth:`respond`.
+        self.routes = ReceiptsRoutes(self)
         guard.reserve(
             BOARD_THREAD,
             read_scope=RECEIPTS_READ,
@@ -297,97 +293,12 @@ class ReceiptsService:
             self._wake.set()
         return added
 
-    # -- ingest over HTTP -----------------------------------------------------------------------
+    # -- over HTTP ------------------------------------------------------------------------------
 
     async def respond(self, request: HttpRequest) -> Response | None:
-        """``POST /v1/receipts``: one record (JSON), a batch ``{"records": [...]}``, or NDJSON
-        (``application/x-ndjson``, a record a line), all or nothing; answered as the WebSocket
-        ack is (``{"accepted", "duplicates"}``), or ``invalid_receipt`` naming the line (NDJSON)
-        or the record and the field. Exact duplicates are accepted again and not stored twice,
-        so an agent may retry blindly. And the queries, ``GET /v1/receipts/operations[/ID]``."""
-        if request.path == OPERATIONS_PATH or request.path.startswith(OPERATIONS_PATH + "/"):
-            return await self._query(request)
-        if request.path != RECEIPTS_PATH:
-            return None
-        metrics = self.hub.metrics
-        try:
-            if request.method != "POST":
-                raise MethodNotAllowed("use POST here (or the WebSocket)")
-            principal = self.guard.authenticate(request.headers, request.query)
-            try:
-                principal.require(RECEIPTS_WRITE)
-            except PeerError as exc:
-                self.guard.refused(exc.code)
-                raise
-            self.guard.rate(self.guard.connection_bucket(), principal.tenant)
-            records = self._http_records(request)
-            added = await self.ingest(principal.tenant, records)
-        except InvalidReceipt as exc:
-            metrics.inc("agui_hub_receipts_rejected_total", code=exc.code)
-            return json_response(HTTPStatus.BAD_REQUEST, {**exc.as_value(), "errors": exc.errors})
-        except HubError as exc:
-            metrics.inc("agui_hub_receipts_rejected_total", code=exc.code)
-            return error_response(exc)
-        body = {"accepted": added, "duplicates": len(records) - added}
-        return json_response(HTTPStatus.OK, body)
-
-    def _http_records(self, request: HttpRequest) -> list[Record]:
-        kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        try:
-            text = request.body.decode()
-        except UnicodeDecodeError:
-            raise InvalidReceipt("the body is not UTF-8") from None
-        if kind == "application/json":
-            frame = decode(text)
-            self.guard.check_frame(frame)
-            return parse_frame(frame)
-        if kind not in ("application/x-ndjson", "application/jsonl"):
-            raise UnsupportedMediaType("send application/json or application/x-ndjson")
-        records: list[Record] = []
-        errors: list[str] = []
-        lines = [(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
-        if not lines:
-            raise InvalidReceipt("the body holds no records")
-        if len(lines) > MAX_HTTP_RECORDS:
-            raise InvalidReceipt(f"a request may carry at most {MAX_HTTP_RECORDS} records")
-        for number, line in lines:
-            try:
-                item = decode(line)
-                self.guard.check_frame(item)
-                records.append(validate_record(item))
-            except InvalidReceipt as exc:
-                errors += [f"line {number}: {message}" for message in exc.errors]
-            except PeerError as exc:
-                errors.append(f"line {number}: {exc.message}")
-        if errors:
-            summary = f"{len(errors)} problem(s), none stored; first: {errors[0]}"
-            raise InvalidReceipt(summary, errors=errors[:MAX_ERRORS])
-        return records
-
-    # -- queries over HTTP -----------------------------------------------------------------------
-
-    async def _query(self, request: HttpRequest) -> Response:
-        try:
-            if request.method != "GET":
-                raise MethodNotAllowed("use GET here")
-            principal = self.guard.authenticate(request.headers, request.query)
-            try:
-                principal.require(RECEIPTS_READ)
-            except PeerError as exc:
-                self.guard.refused(exc.code)
-                raise
-            self.guard.rate(self.guard.connection_bucket(), principal.tenant)
-            if request.path == OPERATIONS_PATH:
-                body = await self.operations_page(principal.tenant, request.query)
-            else:
-                # The id as the client percent-encoded it (a browser encodes ':'), decoded.
-                operation_id = unquote(request.path[len(OPERATIONS_PATH) + 1 :])
-                body = await self.operation(principal.tenant, operation_id)
-        except HubError as exc:
-            return error_response(exc)
-        except ValueError:  # a tenant id the store does not take: it has no receipts
-            return error_response(BadPath("no such operation"))
-        return json_response(HTTPStatus.OK, body)
+        """The HTTP routes, ``POST /v1/receipts`` and ``GET /v1/receipts/operations[/ID]``
+        (:class:`~hub.server.receipts_http.ReceiptsRoutes`)."""
+        return await self.routes.respond(request)
 
     async def operations_page(self, tenant: str, params: dict[str, str]) -> dict[str, Any]:
         """One page of the tenant's operations, newest change first (see the module)."""

@@ -38,7 +38,7 @@ from collections import Counter
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from hub.bench.clients import next_command, run_worker
+from hub.bench.clients import next_command, run_worker, stop_worker
 from hub.bench.wsclient import OP_TEXT, RawConsumer
 from hub.core.patch import Document, apply_patch, check_patch
 from hub.errors import MalformedPatch, PatchFailed
@@ -467,20 +467,4 @@ class FleetHandle:
 
     def stop(self) -> None:
         """Close its consumers and end it; terminate, then kill it by PID if it hangs."""
-        with contextlib.suppress(Exception):
-            if self.process.is_alive():
-                self.conn.send({"cmd": "close"})
-                deadline = time.monotonic() + 15
-                while time.monotonic() < deadline and self.conn.poll(
-                    max(0.0, deadline - time.monotonic())
-                ):
-                    if self.conn.recv().get("closed"):
-                        break
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-        self.conn.close()
+        stop_worker(self.process, self.conn, grace=15)

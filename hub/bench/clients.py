@@ -254,6 +254,26 @@ def fleet_main(conn: Connection, url: str, count: int, at_once: bool, timeout: f
 FleetMain = Callable[[Connection, str, int, bool, float], None]
 
 
+def stop_worker(process: Any, conn: Any, *, grace: float) -> None:
+    """Ask a worker process to close its consumers (waiting ``grace`` seconds for its
+    "closed"), then end it: terminate, then kill it by PID if it hangs."""
+    with contextlib.suppress(Exception):
+        if process.is_alive():
+            conn.send({"cmd": "close"})
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and conn.poll(max(0.0, deadline - time.monotonic())):
+                if conn.recv().get("closed"):
+                    break
+    process.join(5)
+    if process.is_alive():
+        process.terminate()
+        process.join(5)
+    if process.is_alive():
+        process.kill()
+        process.join(5)
+    conn.close()
+
+
 class FleetProcess:
     """The parent's handle on one fleet worker process (``main``: what the worker runs)."""
 
@@ -293,23 +313,7 @@ class FleetProcess:
 
     def stop(self) -> None:
         """Close its consumers and end it; terminate, then kill it by PID if it hangs."""
-        with contextlib.suppress(Exception):
-            if self.process.is_alive():
-                self.conn.send({"cmd": "close"})
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and self.conn.poll(
-                    max(0.0, deadline - time.monotonic())
-                ):
-                    if self.conn.recv().get("closed"):
-                        break
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-        self.conn.close()
+        stop_worker(self.process, self.conn, grace=20)
 
 
 class Agent:

@@ -24,8 +24,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 from auth.tokens import SECRET
+from node_suite import passed, run_suite
 from receipts.boards import FIXTURE_STATES, fixture_records, iso, now, receipt
 from support import HubProcess, npm_ci, require
 
@@ -202,19 +201,5 @@ def test_the_operator_board_counts_filters_pages_and_opens_histories_in_chromium
         "AGUI_BOARD_EXPECT": str(expectations),
         "CHROMIUM": CHROMIUM,
     }
-    started = time.monotonic()
-    suite = subprocess.run(
-        [node, "--test", "--test-reporter=spec", "board.test.mjs"],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=SUITE_TIMEOUT_S,
-        env=env,
-        check=False,
-    )
-    took = time.monotonic() - started
-    report = f"{suite.stdout[-20000:]}\n{suite.stderr[-5000:]}\nhub log:\n{hub.log()[-3000:]}"
-    assert suite.returncode == 0, f"the board page tests failed ({took:.1f} s):\n{report}"
-    # The spec reporter's summary ("# pass 7", or with an information sign before it).
-    passed = re.search(r"^(?:#|\u2139) pass (\d+)$", suite.stdout, re.MULTILINE)
-    assert passed is not None and int(passed.group(1)) >= TESTS, report
+    output = run_suite(node, "board.test.mjs", env, log=hub.log(), timeout=SUITE_TIMEOUT_S)
+    assert passed(output) >= TESTS, output

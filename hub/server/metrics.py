@@ -115,7 +115,6 @@ class Metrics:
         prometheus_client.GCCollector(registry=self.registry)
         self._counters: dict[str, Counter] = {}
         self._histograms: dict[str, Histogram] = {}
-        self._counts: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
         self._scrape = _Scrape()
         self.registry.register(self._scrape)
 
@@ -126,12 +125,12 @@ class Metrics:
                 name, COUNTERS.get(name, name), sorted(labels), registry=self.registry
             )
         (counter.labels(**labels) if labels else counter).inc(amount)
-        key = (name, tuple(sorted(labels.items())))
-        self._counts[key] = self._counts.get(key, 0) + amount
 
     def get(self, name: str, **labels: str) -> int:
-        """A counter's value (tests, and the node's own status lines)."""
-        return self._counts.get((name, tuple(sorted(labels.items()))), 0)
+        """A counter's value (tests, and the node's own status lines), read from the registry:
+        the counters are the only copy of the counts."""
+        value = self.registry.get_sample_value(name, labels)
+        return 0 if value is None else int(value)
 
     def observe(self, name: str, seconds: float) -> None:
         histogram = self._histograms.get(name)

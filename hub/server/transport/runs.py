@@ -92,11 +92,9 @@ class HttpApi:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _admitted(
-        self, request: HttpRequest, thread_id: str, *, write: bool
-    ) -> AsyncIterator[Admission]:
-        """The caller, admitted to the thread for this request (and counted meanwhile)."""
+    def _admit(self, request: HttpRequest, thread_id: str, *, write: bool) -> Admission:
+        """The caller, admitted to the thread and counted (call ``guard.leave`` after); with
+        ``write``, also allowed to start work there (scope, reserved threads, its rate)."""
         scope = self.guard.scope_for("consumer", thread_id)
         admission = self.guard.admit(request.headers, request.query, thread_id, scope)
         try:
@@ -104,6 +102,18 @@ class HttpApi:
                 admission.principal.require(WRITE)
                 self.guard.check_write(thread_id)
                 self.guard.rate(self.guard.edit_bucket(), admission.principal.tenant)
+        except BaseException:
+            self.guard.leave(admission)
+            raise
+        return admission
+
+    @asynccontextmanager
+    async def _admitted(
+        self, request: HttpRequest, thread_id: str, *, write: bool
+    ) -> AsyncIterator[Admission]:
+        """:meth:`_admit` for the length of one request."""
+        admission = self._admit(request, thread_id, write=write)
+        try:
             yield admission
         finally:
             self.guard.leave(admission)
@@ -163,13 +173,8 @@ class HttpApi:
         )
         run_id = given.run_id or str(uuid.uuid4())
         hub = self.hub
-        # Admitted for as long as the stream lasts.
-        scope = self.guard.scope_for("consumer", given.thread_id)
-        admission = self.guard.admit(request.headers, request.query, given.thread_id, scope)
+        admission = self._admit(request, given.thread_id, write=True)  # while the stream lasts
         try:
-            admission.principal.require(WRITE)
-            self.guard.check_write(given.thread_id)
-            self.guard.rate(self.guard.edit_bucket(), admission.principal.tenant)
             channel = await hub.channel(admission.key)
             await hub.follow(channel)
             await hub.refresh(channel)
@@ -204,8 +209,7 @@ class HttpApi:
 
     async def _events(self, request: HttpRequest, thread_id: str) -> Stream:
         since, epoch = _resume_point(request)
-        scope = self.guard.scope_for("consumer", thread_id)
-        admission = self.guard.admit(request.headers, request.query, thread_id, scope)
+        admission = self._admit(request, thread_id, write=False)  # while the stream lasts
         try:
             channel = await self.hub.channel(admission.key)
             await self.hub.follow(channel)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from agents import AgentServer
 from redis_support import RedisServer
-from support import HubProcess
+from support import Client, HubProcess, is_custom
 from test_runs import agent_args, agent_got, consumer, run_end, run_events, start_run, user
 
 
@@ -86,16 +86,23 @@ async def test_a_run_whose_node_dies_ends_with_agent_disconnected_on_the_other(
     here, there = await consumer(n0, "t-dies"), await consumer(n1, "t-dies")
     run_id = await start_run(here, "hold")
     await agent_got(agent, run_id)
-    # An agent connection's run on another thread has no lease: it is never ended this way.
+    # An agent connection's run (on n1, another thread) has no lease: a node's death and the
+    # lease checks that follow never end it.
+    agent_conn = await Client.open(f"{n1.ws}/v1/threads/t-agent-run/agent")
+    await agent_conn.recv_until(lambda e: is_custom(e, "hub.welcome"))
+    await agent_conn.send({"type": "RUN_STARTED", "threadId": "t-agent-run", "runId": "own"})
+    await agent_conn.recv_until(lambda e: is_custom(e, "hub.ack"))
     other = await consumer(n1, "t-agent-run")
     n0.kill()  # SIGKILL: no drain, no RUN_ERROR from n0; only its lease stops being renewed
     end = await run_end(there, run_id, timeout=15)
     assert (end["type"], end["code"]) == ("RUN_ERROR", "agent_disconnected")
+    await asyncio.sleep(2.5)  # more lease checks (one a second) after the lapse was seen
     # The thread stays usable: the next run (from the surviving node) opens and finishes.
     again = await start_run(there, "counter", user("u1", "again"))
     assert (await run_end(there, again))["type"] == "RUN_FINISHED"
     assert n1.thread("t-dies")["run"] is None
-    assert other.received[-1]["type"] == "CUSTOM"  # nothing was ended there
+    assert n1.thread("t-agent-run")["run"] == {"runId": "own"}  # still open
+    assert not any(e["type"] == "RUN_ERROR" for e in other.received)
 
 
 async def test_a_cancel_from_the_other_node_closes_a_silent_agents_request_at_once(

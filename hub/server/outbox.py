@@ -105,10 +105,10 @@ class Outbox:
         self._closing: asyncio.Task[None] | None = None
         #: Write prebuilt frames to the transport (a websockets connection without extensions).
         self._direct = _supports_direct_writes(socket)
-        #: A socket that writes frames in a form of its own (an SSE stream) takes the frame,
-        #: and may want to know when a repair's frames were all sent.
-        self._send_frame: Callable[[Frame], Awaitable[None]] | None = getattr(
-            socket, "send_frame", None
+        #: A socket that writes frames in a form of its own (an SSE stream) takes them, a
+        #: batch at a time, and may want to know when a repair's frames were all sent.
+        self._send_frames: Callable[[list[Frame]], Awaitable[None]] | None = getattr(
+            socket, "send_frames", None
         )
         self._repaired: Callable[[Frame], Awaitable[None]] | None = getattr(
             socket, "repaired", None
@@ -195,8 +195,8 @@ class Outbox:
         # No per-frame timer (wait_for costs a task per send); the hub's watchdog calls
         # `check_slow` for every consumer instead.
         self.busy_since = asyncio.get_running_loop().time()
-        if self._send_frame is not None:
-            await self._send_frame(frame)
+        if self._send_frames is not None:
+            await self._send_frames([frame])
         elif self._direct:
             await self._write_frame(frame.wire(self.encoding))
         else:
@@ -207,17 +207,21 @@ class Outbox:
 
     async def _send_batch(self) -> None:
         """Everything queued (up to MAX_BATCH frames) in one write: one syscall, not one each."""
-        batch: list[bytes] = []
+        batch: list[Frame] = []
         held = self._held
         encoding = self.encoding
         while self._queue and len(batch) < MAX_BATCH:
             frame = self._queue.popleft()
             self._bytes -= len(frame.data(encoding))
-            batch.append(frame.wire(encoding))
+            batch.append(frame)
             if isinstance(frame, LiveFrame) and frame.held is not None:
                 held = frame.held
         self.busy_since = asyncio.get_running_loop().time()
-        await self._write_frame(b"".join(batch) if len(batch) > 1 else batch[0])
+        if self._send_frames is not None:
+            await self._send_frames(batch)
+        else:
+            wires = [frame.wire(encoding) for frame in batch]
+            await self._write_frame(b"".join(wires) if len(wires) > 1 else wires[0])
         self._held = held
         self.busy_since = None
         self.last_sent = asyncio.get_running_loop().time()
@@ -293,7 +297,7 @@ class Outbox:
                         if cause == "join":
                             joined = self._loop.time() - self._started
                             self.metrics.observe("agui_hub_join_seconds", joined)
-                    elif self._direct:
+                    elif self._direct or self._send_frames is not None:
                         await self._send_batch()
                     else:
                         frame = self._queue.popleft()

@@ -102,8 +102,9 @@ class EventSink:
             self.done.set()
             raise
 
-    async def send_frame(self, frame: Frame) -> None:
-        await self.write(sse_form(frame))
+    async def send_frames(self, frames: list[Frame]) -> None:
+        """A batch of frames in one write (their forms built once for every SSE consumer)."""
+        await self.write(b"".join(sse_form(frame) for frame in frames))
 
     async def repaired(self, last: Frame) -> None:
         position = _position(last.event)
@@ -126,23 +127,31 @@ class RunSink(EventSink):
         super().__init__()
         self.run_id = run_id
         self.started = False
+        self.ended = False
 
-    async def send_frame(self, frame: Frame) -> None:
+    async def send_frames(self, frames: list[Frame]) -> None:
+        parts = [part for frame in frames if (part := self._part(frame)) is not None]
+        if parts:
+            await self.write(b"".join(parts))
+        if self.ended:
+            self.done.set()
+
+    def _part(self, frame: Frame) -> bytes | None:
+        """What of ``frame`` the run's caller gets (None: nothing)."""
         event = frame.event
         kind = event.get("type")
-        if self.done.is_set():
-            return
+        if self.ended:
+            return None
         if not self.started:
             if kind != "RUN_STARTED" or event.get("runId") != self.run_id:
-                return
+                return None
             self.started = True
         if kind == "CUSTOM" and str(event.get("name", "")).startswith("hub."):
-            if event.get("name") == control.HEARTBEAT:
-                await self.write(sse_form(frame))  # a comment: keeps proxies from timing out
-            return
-        await self.write(sse_form(frame))
+            # Heartbeats go on as comments: they keep proxies from timing the stream out.
+            return sse_form(frame) if event.get("name") == control.HEARTBEAT else None
         if kind in ("RUN_FINISHED", "RUN_ERROR"):
-            self.done.set()
+            self.ended = True
+        return sse_form(frame)
 
     async def repaired(self, last: Frame) -> None:
         return None
@@ -193,7 +202,7 @@ async def serve_events(
     # As for WebSocket consumers: decide and subscribe synchronously, then welcome, then feed.
     cause = hub.attach(channel, outbox, since, epoch)
     try:
-        await sink.send_frame(Frame(control.welcome(*position, resumed=cause is None)))
+        await sink.send_frames([Frame(control.welcome(*position, resumed=cause is None))])
         outbox.start()
         await until_done(sink, writer)
     except ConnectionError:

@@ -25,9 +25,9 @@ from typing import Any
 from jsonpointer import JsonPointer, JsonPointerException
 
 from hub.errors import MalformedPatch, PatchFailed
+from hub.wire.pointer import is_json_pointer
 
 KNOWN_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
-_POINTER = re.compile(r"^(/([^/~]|~[01])*)*$")
 _INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
 
 Json = Any
@@ -72,8 +72,7 @@ def check_op(i: int, op: object) -> bool:
 
 
 def _check_pointer(op: dict[str, Json], member: str, i: int) -> None:
-    pointer = op.get(member)
-    if not isinstance(pointer, str) or not _POINTER.match(pointer):
+    if not is_json_pointer(op.get(member)):
         raise MalformedPatch(f"operation {i} has no valid JSON Pointer in '{member}'")
 
 

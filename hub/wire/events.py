@@ -10,6 +10,7 @@ from ag_ui.core import EventType
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hub.errors import InvalidEvent, MalformedPatch
+from hub.wire.pointer import is_json_pointer
 
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AguiEvent)
 EVENT_TYPES = frozenset(str(member.value) for member in EventType)
@@ -42,6 +43,8 @@ def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
             dropped = [str(op.get("op"))[:64] for op in obj["delta"] if _unknown_op(op)]
             warnings.append(f"dropped unknown patch ops: {', '.join(dropped)}")
             obj = {**obj, "delta": kept}
+    if kind == "STATE_DELTA" and _plain_delta(obj):
+        return obj, warnings  # exactly what the SDK would accept and dump (see _plain_delta)
     try:
         model = EVENT_ADAPTER.validate_python(obj)
     except ValidationError as exc:
@@ -55,6 +58,59 @@ def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
     if _dumps_as(model, obj):
         return obj, warnings
     return model.model_dump(by_alias=True, mode="json"), warnings
+
+
+# --- the common STATE_DELTA, checked without building its models --------------------------------
+
+#: Per op: the keys its model declares, in the order the SDK dumps them.
+_OP_KEYS = {
+    "add": ("op", "path", "value"),
+    "replace": ("op", "path", "value"),
+    "test": ("op", "path", "value"),
+    "remove": ("op", "path"),
+    "move": ("op", "from", "path"),
+    "copy": ("op", "from", "path"),
+}
+#: Names that mean a field of some op model: as an extra member they take the long way.
+_OP_NAMES = frozenset({"op", "path", "value", "from", "from_"})
+_MAX_SAFE = 9007199254740991
+
+
+def _plain_delta(obj: dict[str, Any]) -> bool:
+    """Whether a STATE_DELTA frame is one the SDK accepts and dumps exactly as given: members
+    ``type``, ``delta`` (with an integer ``timestamp`` between them, or not), every op a
+    known one with its members in the model's order, valid pointers, and extras whose names
+    are no field's. Anything else is left to the SDK's models (the differential test in
+    tests/wire holds the two to the same answers). Most agents send this form, and building
+    a model per op was the biggest cost of an event on the node that takes it."""
+    keys = tuple(obj)
+    if keys == ("type", "timestamp", "delta"):
+        stamp = obj["timestamp"]
+        if type(stamp) is not int or not -_MAX_SAFE <= stamp <= _MAX_SAFE:
+            return False
+    elif keys != ("type", "delta"):
+        return False
+    delta = obj["delta"]
+    if type(delta) is not list:
+        return False
+    for op in delta:
+        if type(op) is not dict:
+            return False
+        name = op.get("op")
+        declared = _OP_KEYS.get(name) if type(name) is str else None
+        if declared is None:
+            return False
+        names = tuple(op)
+        count = len(declared)
+        if names[:count] != declared:
+            return False
+        if not is_json_pointer(op["path"]):
+            return False
+        if count == 3 and declared[1] == "from" and not is_json_pointer(op["from"]):
+            return False
+        if len(names) > count and not _OP_NAMES.isdisjoint(names[count:]):
+            return False
+    return True
 
 
 # --- is the dump the input? ---------------------------------------------------------------------

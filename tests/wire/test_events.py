@@ -19,7 +19,12 @@ def sdk_dump(obj: dict[str, Any]) -> dict[str, Any]:
     """What parse_event returned before it could skip the dump."""
     if obj.get("type") == "STATE_DELTA" and isinstance(obj.get("delta"), list):
         known = ("add", "remove", "replace", "move", "copy", "test")
-        obj = {**obj, "delta": [op for op in obj["delta"] if op.get("op") in known]}
+        kept = [
+            op
+            for op in obj["delta"]
+            if not (isinstance(op, dict) and isinstance(op.get("op"), str)) or op["op"] in known
+        ]  # unknown ops by name are dropped (AG-UI's open operations); others are malformed
+        obj = {**obj, "delta": kept}
     dumped: dict[str, Any] = EVENT_ADAPTER.validate_python(obj).model_dump(
         by_alias=True, mode="json"
     )
@@ -183,3 +188,74 @@ def test_any_decoded_frame_parses_to_what_the_sdk_dumps(
                 parse_event(obj)
             continue
         assert exactly(parse_event(obj)[0]) == exactly(expected)
+
+
+pointers = st.sampled_from(
+    ["", "/", "/a", "/a~1b/-", "/a~0", "/a~", "/a~2", "a", "/x/0", "\n", "/\n", "~1", "//"]
+) | st.text(alphabet="/~01ab", max_size=6)
+op_members = st.sampled_from(["value", "from", "from_", "path", "ts", "op", "meta"])
+
+
+@st.composite
+def delta_ops(draw: st.DrawFn) -> dict[str, Any]:
+    """Ops in every order and shape: the models' own order mostly, sometimes shuffled, with
+    missing or extra members, and bad pointers."""
+    name = draw(st.sampled_from(["add", "replace", "test", "remove", "move", "copy", "nope"]))
+    op: dict[str, Any] = {"op": name, "path": draw(pointers)}
+    if name in ("move", "copy"):
+        op = {"op": name, "from": draw(pointers), "path": op["path"]}
+    if name in ("add", "replace", "test") and draw(st.integers(0, 9)):
+        op["value"] = draw(json_values)
+    for member in draw(st.lists(op_members, max_size=2)):
+        op[member] = draw(json_values)
+    if draw(st.integers(0, 5)) == 0:
+        items = list(op.items())
+        op = dict(draw(st.permutations(items)))
+    return op
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    patch=st.lists(delta_ops(), max_size=4),
+    stamp=st.none() | st.integers(-(2**54), 2**54) | st.floats(allow_nan=False) | st.booleans(),
+    order=st.sampled_from(["type-delta", "type-timestamp-delta", "delta-type", "type-delta-ts"]),
+)
+def test_a_state_delta_parses_to_what_the_sdk_dumps_on_the_short_path_too(
+    patch: list[dict[str, Any]], stamp: Any, order: str
+) -> None:
+    frame: dict[str, Any] = {}
+    for member in order.split("-"):
+        if member == "type":
+            frame["type"] = "STATE_DELTA"
+        elif member == "delta":
+            frame["delta"] = patch
+        elif stamp is not None:
+            frame["timestamp" if member == "timestamp" else "ts"] = stamp
+    for encoding in ("json", "msgpack"):
+        obj = decode(encode(frame, encoding))  # type: ignore[arg-type]
+        try:
+            expected = sdk_dump(obj)
+        except Exception:
+            with pytest.raises((InvalidEvent, MalformedPatch)):
+                parse_event(obj)
+            continue
+        parsed, _ = parse_event(obj)
+        assert exactly(parsed) == exactly(expected)
+
+
+@pytest.mark.parametrize(
+    ("pointer", "valid"),
+    [("", True), ("/", True), ("/a~0b~1c", True), ("//x", True), ("a", False), ("/a~", False),
+     ("/~2", False), ("\n", False), ("/a\n", True), (None, False), (1, False)],
+)  # fmt: skip
+def test_a_json_pointer_is_checked_as_the_sdk_checks_it(pointer: Any, valid: bool) -> None:
+    from hub.wire.pointer import is_json_pointer
+
+    assert is_json_pointer(pointer) is valid
+    op = {"op": "remove", "path": pointer}
+    try:
+        EVENT_ADAPTER.validate_python({"type": "STATE_DELTA", "delta": [op]})
+        sdk = True
+    except Exception:
+        sdk = False
+    assert sdk is valid

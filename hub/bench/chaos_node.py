@@ -15,12 +15,12 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
 from hub.server.cli import main
-from hub.store.base import Bus, Event
+from hub.store.base import Bus, Event, Position
 from hub.store.redis import RedisStore
 
 log = logging.getLogger("agui_hub.bench.chaos")
@@ -65,8 +65,14 @@ class FlakyBus(Bus):
     def lag(self, value: Callable[[float], None] | None) -> None:
         self.bus.lag = value  # the real bus measures it
 
+    async def announce(self, heads: Mapping[str, Position]) -> None:
+        await self.bus.announce(heads)
+
     async def run(
-        self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
+        self,
+        deliver: Callable[[str, list[Event]], None],
+        reconnected: Callable[[], None],
+        heads: Callable[[dict[str, Position]], None],
     ) -> None:
         window = self.window
 
@@ -77,7 +83,7 @@ class FlakyBus(Bus):
                 return
             deliver(thread_id, events)
 
-        await self.bus.run(flaky, reconnected)
+        await self.bus.run(flaky, reconnected, heads)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.bus, name)

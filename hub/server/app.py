@@ -91,7 +91,9 @@ class HubServer:
 
     @classmethod
     async def create(cls, config: Config) -> HubServer:
-        store = await open_store(config.store, retention=config.retention)
+        store = await open_store(
+            config.store, retention=config.retention, redis_pool=config.redis_pool
+        )
         hub = Hub(store, config)
         await hub.start()
         return cls(hub, await receipt_store_for(config.store))

@@ -11,8 +11,13 @@ with the store, and so with every other node.
 Other nodes' appends arrive on the bus (at most once). Contiguous ones are applied as they
 come; a jump in seq is filled from the store's log; if the log no longer holds the gap, the
 thread is reloaded and every local consumer of it gets a snapshot (``gap``). A log that was
-lost (a new epoch) repairs every local consumer with ``epoch_changed``. While a thread is
-quiet, the node checks the log's head now and then, so a lost last message is noticed too.
+lost (a new epoch) repairs every local consumer with ``epoch_changed``.
+
+A lost *last* message has nothing after it to show the gap. Nothing is polled per thread for
+it: once every :data:`ANNOUNCE_EVERY` seconds a node that appended says, in one bus message
+for all of them, where the threads it appended to stand (:meth:`Bus.announce`); a node whose
+copy of one of them is behind that head fills it from the log. So a quiet thread costs no
+command and no timer, whatever the number of loaded threads.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -30,13 +34,13 @@ from hub.server.channel import Channel
 from hub.server.metrics import Metrics
 from hub.server.node import Node
 from hub.store import Store
-from hub.store.base import seq_of
+from hub.store.base import Position, seq_of
 from hub.wire.codec import Frame
 
 log = logging.getLogger("agui_hub.shared")
 
-#: Seconds a thread may be quiet on the bus before the node checks the log's head itself.
-QUIET_CHECK = 1.0
+#: Seconds between a node's announcements of the heads it appended (at most one message each).
+ANNOUNCE_EVERY = 1.0
 
 
 class Broker:
@@ -58,9 +62,6 @@ class Broker:
 
     def left(self, channel: Channel) -> None:
         """The thread's last consumer on this node left."""
-
-    def check_quiet(self, now: float) -> None:
-        """Called periodically: look at the threads nothing was heard about for a while."""
 
     def busy(self, channel: Channel) -> bool:
         """The broker still needs the loaded thread (it must not be unloaded)."""
@@ -84,8 +85,6 @@ class _Following:
 
     #: What arrived from other nodes, not applied yet.
     inbox: deque[Event] = field(default_factory=deque)
-    #: When the bus last spoke about the thread.
-    heard_at: float = 0.0
     #: The task catching the copy up (one at a time).
     follower: asyncio.Task[None] | None = None
     check_head: bool = False
@@ -107,7 +106,10 @@ class SharedBroker(Broker):
         self.bus = store.bus()
         self._following: dict[Channel, _Following] = {}
         self._task: asyncio.Task[None] | None = None
+        self._announcer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        #: The heads of the threads this node appended to since its last announcement.
+        self._appended: dict[str, Position] = {}
 
     def _of(self, channel: Channel) -> _Following:
         """What is kept about ``channel``; kept only while it is loaded (a task still at work
@@ -125,14 +127,29 @@ class SharedBroker(Broker):
         if self.bus is not None:
             metrics = self.metrics
             self.bus.lag = lambda seconds: metrics.observe("agui_hub_bus_lag_seconds", seconds)
-            bus = self.bus.run(self.deliver, self.reconnected)
+            bus = self.bus.run(self.deliver, self.reconnected, self.heads)
             self._task = asyncio.create_task(bus, name="bus")
+            self._announcer = asyncio.create_task(self._announce(), name="announcer")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._announcer, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _announce(self) -> None:
+        """Once every ``ANNOUNCE_EVERY`` seconds, the heads appended since, in one message."""
+        assert self.bus is not None
+        while True:
+            await asyncio.sleep(ANNOUNCE_EVERY)
+            if not self._appended:
+                continue
+            heads, self._appended = self._appended, {}
+            try:
+                await self.bus.announce(heads)
+            except Exception as exc:  # the bus is down: its reconnect catches everyone up
+                log.debug("announcing %d head(s) failed: %s", len(heads), exc)
 
     def busy(self, channel: Channel) -> bool:
         following = self._following.get(channel)
@@ -163,7 +180,6 @@ class SharedBroker(Broker):
                 except Exception as exc:
                     raise Unavailable("the store is unavailable") from exc
                 following.subscribed = True
-                following.heard_at = time.monotonic()
                 await self.refresh(channel)
         finally:
             following.joining -= 1
@@ -205,6 +221,7 @@ class SharedBroker(Broker):
         for event in new:
             thread.replay(event)
         channel.persisted_seq = thread.seq
+        self._appended[channel.key] = (thread.seq, thread.epoch)
         if new:
             self.node.fan_out(channel, new)
 
@@ -223,15 +240,31 @@ class SharedBroker(Broker):
 
     def deliver(self, thread_id: str, events: list[Event]) -> None:
         """A bus message (called by the bus reader; never blocks)."""
+        if not events:
+            return  # this node's own append, already applied and sent
         channel = self.node.channels.get(thread_id)
         if channel is None:
             return
-        following = self._of(channel)
-        following.heard_at = time.monotonic()
-        if not events:
-            return  # this node's own append, already applied and sent
-        following.inbox.extend(events)
+        self._of(channel).inbox.extend(events)
         self.schedule(channel)
+
+    def heads(self, positions: dict[str, Position]) -> None:
+        """Another node's announcement (called by the bus reader; never blocks): a followed
+        thread whose copy, with what is waiting in its inbox, is behind its head lost an
+        append; its head is checked (and the gap filled) from the store."""
+        for key, (seq, epoch) in positions.items():
+            channel = self.node.channels.get(key)
+            if channel is None:
+                continue
+            following = self._following.get(channel)
+            if following is None or not following.subscribed:
+                continue  # not followed: a consumer that joins reads the store anyway
+            thread = channel.thread
+            if epoch == thread.epoch and seq <= thread.seq + len(following.inbox):
+                continue
+            self.metrics.inc("agui_hub_heads_behind_total")
+            following.check_head = True
+            self.schedule(channel)
 
     def schedule(self, channel: Channel) -> None:
         """Bring the channel up to date soon (one task at a time per channel)."""
@@ -253,15 +286,6 @@ class SharedBroker(Broker):
             following.check_head = True
             following.gap_cause = "broker_reconnect"
             self.schedule(channel)
-
-    def check_quiet(self, now: float) -> None:
-        """Look at the log's head of threads quiet on the bus."""
-        for channel in list(self.node.channels.values()):
-            following = self._of(channel)
-            if channel.consumers and now - following.heard_at >= QUIET_CHECK:
-                following.heard_at = now
-                following.check_head = True
-                self.schedule(channel)
 
     def apply_inbox(self, channel: Channel) -> bool:
         """Apply what arrived, in order, and send it on in one go. False if it shows a gap

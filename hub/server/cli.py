@@ -33,12 +33,28 @@ TOKEN_ENV = "AGUI_HUB_TOKEN"
 log = logging.getLogger("agui_hub")
 
 
+def _pool_size(text: str) -> int:
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of connections >= 1: {text!r}")
+    return size
+
+
 def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8787, help="port (default 8787; 0 = any free)")
     parser.add_argument("--store", default=store, help=f"store URL (default {store})")
     parser.add_argument("--node", default=None, help="node id shown in hub.welcome")
     parser.add_argument("--retention", type=int, default=10_000, help="events kept per thread")
+    parser.add_argument(
+        "--redis-pool",
+        type=_pool_size,
+        default=64,
+        help="connections to one Redis, at most; a burst past it waits (default 64)",
+    )
     parser.add_argument(
         "--consumer-buffer", type=int, default=1 << 20, help="bytes queued per consumer"
     )
@@ -182,6 +198,7 @@ def _config(args: argparse.Namespace) -> Config:
         port=args.port,
         store=args.store,
         retention=args.retention,
+        redis_pool=args.redis_pool,
         consumer_buffer=args.consumer_buffer,
         slow_timeout=args.slow_timeout,
         heartbeat=args.heartbeat,

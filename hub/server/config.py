@@ -34,6 +34,8 @@ class Config:
     node: str = field(default_factory=default_node_id)
     #: Events each thread's log keeps for replay on reconnect.
     retention: int = 10_000
+    #: Connections to one Redis, at most: a burst past it waits (redis:// stores only).
+    redis_pool: int = 64
     #: Bytes one consumer may have queued before its backlog is conflated into one snapshot.
     consumer_buffer: int = 1 << 20
     #: Seconds one frame may take to drain to a consumer before it is closed with 4008.

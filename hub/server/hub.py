@@ -253,7 +253,6 @@ class Hub:
             tick = min(1.0, self.config.slow_timeout / 4, self.config.heartbeat / 4)
             await asyncio.sleep(max(0.05, tick))
             now = loop.time()
-            self.broker.check_quiet(now)
             for channel in list(self.channels.values()):
                 beat: Frame | None = None
                 for outbox in list(channel.consumers):
@@ -356,6 +355,7 @@ class Hub:
     def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
         """Scrape-time gauges: (name, HELP, labels, value)."""
         return [
+            *self.store.gauges(),
             ("agui_hub_threads", "Threads loaded on this node.", {}, float(len(self.channels))),
             (
                 "agui_hub_bus_subscriptions",

@@ -39,6 +39,9 @@ COUNTERS = {
     "agui_hub_receipts_in_total": "Handoff receipts stored.",
     "agui_hub_receipts_rejected_total": "Handoff receipt batches refused, by error code.",
     "agui_hub_gaps_filled_total": "Bus gaps a node filled from the store's log.",
+    "agui_hub_heads_behind_total": (
+        "Threads another node announced ahead of this node's copy (a lost last append)."
+    ),
     "agui_hub_bus_reconnects_total": "Reconnections of the node's bus subscription.",
     "agui_hub_append_failures_total": "Store appends that failed (in doubt, retried).",
     "agui_hub_append_conflicts_total": "Store appends that lost a race to another node.",

@@ -22,11 +22,12 @@ Every AG-UI framework serves an agent as ``POST`` of a ``RunAgentInput`` answere
 
 The node that started a run is the one that calls the agent; the others see the events
 through the store like any other. It holds a lease on the run in the store (``lease_run``),
-renewed every ``LEASE_RENEW`` seconds while the run lasts. Every node checks, each second, the
-open runs of the threads it has loaded that it does not run itself: one whose lease lapsed
-(its node died, or lost the store, for ``LEASE_TTL`` seconds) is ended with ``RUN_ERROR``
-``agent_disconnected``, so it never hangs open. A run without a lease (an agent connection's,
-which the agent may continue from any node) is never ended this way.
+renewed every ``LEASE_RENEW`` seconds while the run lasts. Every node asks the store, each
+second and in one question for all threads (``lapsed_runs``), which leases lapsed: a run of a
+thread it has loaded whose lease lapsed (its node died, or lost the store, for ``LEASE_TTL``
+seconds) is ended with ``RUN_ERROR`` ``agent_disconnected``, so it never hangs open. A run
+without a lease (an agent connection's, which the agent may continue from any node) is never
+ended this way.
 """
 
 from __future__ import annotations
@@ -242,9 +243,14 @@ class Upstream:
                         await self._stop_if_ended(channel, mine, task)
                     except Exception as exc:
                         log.warning("checking run %s failed: %s", mine, exc)
-            for channel in list(self.hub.channels.values()):
-                run_id = channel.thread.run_id
-                if run_id is None or (channel.key, run_id) in self.runs:
+            try:
+                lapsed = await self.hub.store.lapsed_runs()
+            except Exception as exc:  # the store is away: look again later
+                log.warning("listing the lapsed run leases failed: %s", exc)
+                continue
+            for key, run_id in lapsed:
+                channel = self.hub.channels.get(key)
+                if channel is None or (key, run_id) in self.runs:
                     continue
                 try:
                     await self._end_if_lapsed(channel, run_id)
@@ -259,9 +265,18 @@ class Upstream:
             task.cancel()  # its ending finds the run over, and publishes nothing
 
     async def _end_if_lapsed(self, channel: Channel, run_id: str) -> None:
+        """A lease that lapsed: end its run if the thread still has it open, else only drop
+        the lease (its run ended, but the release was lost with its node)."""
         store = self.hub.store
         lease = await store.run_lease(channel.key)
-        if lease is None or lease != (run_id, False):
+        if lease is not None and lease == (run_id, True):
+            return  # renewed meanwhile
+        if lease is None or lease[0] != run_id:
+            await store.release_run(channel.key, run_id)  # a newer run's, or none: stale
+            return
+        await self.hub.refresh(channel)  # a copy nobody here follows may be behind
+        if channel.thread.run_id != run_id:
+            await store.release_run(channel.key, run_id)
             return
         log.warning(
             "run %s: its node stopped renewing the lease; ending it",

@@ -13,8 +13,8 @@ from hub.store.base import Store, StoredThread
 __all__ = ["Store", "StoredThread", "open_store"]
 
 
-async def open_store(url: str, *, retention: int = 10_000) -> Store:
-    """Open the store a URL names."""
+async def open_store(url: str, *, retention: int = 10_000, redis_pool: int = 64) -> Store:
+    """Open the store a URL names (``redis_pool``: connections to one Redis, at most)."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         from hub.store.memory import MemoryStore
@@ -34,7 +34,7 @@ async def open_store(url: str, *, retention: int = 10_000) -> Store:
     if scheme in ("redis", "redis+cluster"):
         from hub.store.redis import RedisStore
 
-        return await RedisStore.open(url, retention=retention)
+        return await RedisStore.open(url, retention=retention, pool=redis_pool)
     raise ValueError(
         f"unsupported store URL {url!r}: use memory://, sqlite:///PATH, "
         "redis://HOST:PORT/DB or redis+cluster://HOST:PORT"

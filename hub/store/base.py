@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,10 +135,20 @@ class Store(ABC):
             return None
         return held[0], held[1] > time.monotonic()
 
+    async def lapsed_runs(self) -> list[tuple[str, str]]:
+        """Every leased run whose lease lapsed, as ``(thread_id, run_id)``: one question for
+        the whole store, so nobody asks thread by thread (most open runs hold no lease)."""
+        now = time.monotonic()
+        return [(t, run) for t, (run, until) in self._lease_table().items() if until <= now]
+
     def _lease_table(self) -> dict[str, tuple[str, float]]:
         if not hasattr(self, "_leases"):
             self._leases = {}
         return self._leases
+
+    def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """Scrape-time gauges of the backend, (name, HELP, labels, value): its pool's use."""
+        return []
 
     async def ping(self) -> bool:
         """True while the store can take writes."""
@@ -165,12 +175,21 @@ class Bus(ABC):
     lag: Callable[[float], None] | None = None
 
     @abstractmethod
+    async def announce(self, heads: Mapping[str, Position]) -> None:
+        """Tell every other node, in one message, where these threads stand now (the ones this
+        node appended to lately): a node that lost a thread's last append hears it here."""
+
+    @abstractmethod
     async def run(
-        self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
+        self,
+        deliver: Callable[[str, list[Event]], None],
+        reconnected: Callable[[], None],
+        heads: Callable[[dict[str, Position]], None],
     ) -> None:
-        """Deliver every append as ``deliver(thread_id, events)`` until cancelled. When the
-        connection was lost and is back (resubscribed), call ``reconnected()``: whatever was
-        published meanwhile is gone, and the node must catch up from the store."""
+        """Deliver every append as ``deliver(thread_id, events)`` and every other node's
+        :meth:`announce` as ``heads(positions)``, until cancelled. When the connection was lost
+        and is back (resubscribed), call ``reconnected()``: whatever was published meanwhile
+        is gone, and the node must catch up from the store."""
 
 
 def seq_of(event: Event) -> int:

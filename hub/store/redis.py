@@ -33,11 +33,11 @@ import struct
 import time
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
 from hub.store.base import Event, Position, Store, StoredThread, seq_of
@@ -49,6 +49,12 @@ log = logging.getLogger("agui_hub.redis")
 PREFIX = "agui:"
 #: How long ``ping`` waits for Redis before calling the store down.
 PING_TIMEOUT = 1.0
+#: Connections a node opens to one Redis, at most (``--redis-pool``). A burst past it waits for
+#: a connection to come back; it never fails a command. Appends of many threads share one
+#: connection per round trip (see :class:`_Appends`), so a node needs few.
+POOL_SIZE = 64
+#: Appends sent to Redis in one pipeline, at most.
+PIPELINE_MAX = 512
 
 
 def client_options() -> dict[str, Any]:
@@ -217,6 +223,11 @@ def lease_keys(thread_id: str) -> tuple[str, str]:
     return f"{tag}:run", f"{tag}:run-alive"
 
 
+#: Every run lease of the store, in one sorted set (its own hash tag, so one slot on a
+#: cluster): member ``thread_id NUL run_id``, score when the lease lapses (Unix ms). One
+#: ``ZRANGEBYSCORE`` finds the lapsed ones for all threads at once.
+LEASES_KEY = f"{PREFIX}{{leases}}"
+
 #: Drop a run's lease only if that run holds it (KEYS: lease_keys; ARGV: run id).
 RELEASE_RUN = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -224,6 +235,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+def _lease_member(thread_id: str, run_id: str) -> str:
+    return f"{thread_id}\0{run_id}"
 
 
 def _tag(thread_id: str) -> str:
@@ -237,6 +252,66 @@ def _epoch_of(record: bytes) -> str:
     data = unpack(record)
     epoch = data.get("epoch", "") if isinstance(data, dict) else ""
     return str(epoch)
+
+
+class _Appends:
+    """Every thread's appends of one loop turn, in one round trip.
+
+    A node with 1,000 busy threads has 1,000 writers, each with a batch to append: sent one
+    command each they would be 1,000 round trips and 1,000 connections. Instead each append is
+    queued, and one sender takes everything queued, sends it as one pipeline (not a
+    transaction: each script is atomic on its own, and each thread's answer is its own), and
+    hands every writer its answer; what was queued meanwhile goes in the next pipeline. So a
+    turn's appends cost one round trip, however many threads they touch.
+    """
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self._queued: list[tuple[list[Any], asyncio.Future[Any]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    def send(self, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queued.append(([len(keys), *keys, *args], future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._run(), name="redis-appends")
+        return future
+
+    async def _run(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued[:PIPELINE_MAX], self._queued[PIPELINE_MAX:]
+            try:
+                replies = await self._pipeline([command for command, _ in batch])
+            except Exception as exc:  # the round trip failed: every append in it is in doubt
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), reply in zip(batch, replies, strict=True):
+                if future.done():
+                    continue
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+
+    async def _pipeline(self, commands: list[list[Any]]) -> list[Any]:
+        store = self.store
+        sha = store._append.sha
+        replies = await self._evalsha(sha, commands)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:  # Redis restarted (or flushed its scripts): load it, send those again
+            await store.client.script_load(store._append.script)
+            again = await self._evalsha(sha, [commands[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _evalsha(self, sha: str, commands: list[list[Any]]) -> list[Any]:
+        async with self.store.client.pipeline(transaction=False) as pipe:
+            for command in commands:  # (a cluster pipeline refuses pipe.evalsha by name)
+                pipe.execute_command("EVALSHA", sha, *command)
+            return list(await pipe.execute(raise_on_error=False))
 
 
 class RedisStore(Store):
@@ -259,19 +334,48 @@ class RedisStore(Store):
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
         self.origin = secrets.token_bytes(ORIGIN_BYTES)
         self._bus: RedisBus | None = None
+        self._appends = _Appends(self)
 
     @classmethod
-    async def open(cls, url: str, *, retention: int = 10_000) -> RedisStore:
+    async def open(cls, url: str, *, retention: int = 10_000, pool: int = POOL_SIZE) -> RedisStore:
         """A store on ``redis://HOST:PORT/DB``, or on the Redis Cluster that the node at
         ``redis+cluster://HOST:PORT`` belongs to (the client discovers the others). Connections
         are made on first use, so a hub can start while Redis is down and report it through
-        ``ping``; a cluster client needs the cluster reachable at start."""
+        ``ping``; a cluster client needs the cluster reachable at start.
+
+        At most ``pool`` connections (a ``max_connections`` in the URL wins): on a single
+        Redis a command past them waits for one to come back (redis-py's
+        ``BlockingConnectionPool``); a cluster client opens that many per cluster node."""
         if url.startswith("redis+cluster://"):
             node_url = "redis://" + url[len("redis+cluster://") :]
-            cluster = RedisCluster.from_url(node_url, **client_options())
+            options = {"max_connections": pool, **client_options()}
+            cluster = RedisCluster.from_url(node_url, **options)
             await cluster.initialize()
             return cls(cluster, retention=retention, sharded=True)
-        return cls(Redis.from_url(url, **client_options()), retention=retention)
+        connections = BlockingConnectionPool.from_url(
+            url, max_connections=pool, timeout=None, **client_options()
+        )
+        return cls(Redis.from_pool(connections), retention=retention)
+
+    def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """The connection pool's use (a single Redis; a cluster keeps one pool per node)."""
+        client = self.client
+        if not isinstance(client, Redis):
+            return []
+        pool = client.connection_pool
+        in_use = len(getattr(pool, "_in_use_connections", ()))
+        idle = len(getattr(pool, "_available_connections", ()))
+        text = "Connections of the node's Redis pool, by state."
+        return [
+            ("agui_hub_redis_pool_connections", text, {"state": "in_use"}, float(in_use)),
+            ("agui_hub_redis_pool_connections", text, {"state": "idle"}, float(idle)),
+            (
+                "agui_hub_redis_pool_max",
+                "Connections the node's Redis pool may open.",
+                {},
+                float(pool.max_connections),
+            ),
+        ]
 
     def bus(self) -> RedisBus:
         if self._bus is None:
@@ -315,13 +419,26 @@ class RedisStore(Store):
 
     async def lease_run(self, thread_id: str, run_id: str, ttl: float) -> None:
         run_key, alive_key = lease_keys(thread_id)
+        lapses = int((time.time() + ttl) * 1000)
         async with self.client.pipeline(transaction=not self.sharded) as pipe:
             pipe.set(run_key, run_id)
             pipe.set(alive_key, run_id, px=max(1, int(ttl * 1000)))
             await pipe.execute()
+        await self.client.zadd(LEASES_KEY, {_lease_member(thread_id, run_id): lapses})
 
     async def release_run(self, thread_id: str, run_id: str) -> None:
         await self._release_run(keys=list(lease_keys(thread_id)), args=[run_id])
+        await self.client.zrem(LEASES_KEY, _lease_member(thread_id, run_id))
+
+    async def lapsed_runs(self) -> list[tuple[str, str]]:
+        now = int(time.time() * 1000)
+        members = await self.client.zrangebyscore(LEASES_KEY, "-inf", now)
+        lapsed = []
+        for member in members:
+            text = member.decode() if isinstance(member, bytes) else str(member)
+            thread_id, _, run_id = text.partition("\0")
+            lapsed.append((thread_id, run_id))
+        return lapsed
 
     async def run_lease(self, thread_id: str) -> tuple[str, bool] | None:
         run_key, alive_key = lease_keys(thread_id)
@@ -361,7 +478,7 @@ class RedisStore(Store):
         args: list[Any] = [self.retention, self.origin + struct.pack(">d", time.time())]
         for event in events:
             args += [seq_of(event), pack(event)]
-        status, expected, index = await self._append(keys=list(keys), args=args)
+        status, expected, index = await self._appends.send(list(keys), args)
         if status == -1:
             raise UnknownThread(thread_id)
         if status == 0:

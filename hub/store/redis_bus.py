@@ -6,6 +6,13 @@ the events. A node skips its own appends undecoded and measures the others' lag.
 Cluster the channels are shard channels (SSUBSCRIBE). redis-py reconnects a pub/sub
 connection silently; this bus notices, resubscribes and tells the node, which catches up from
 the store (whatever was published meanwhile is gone).
+
+Pub/sub is at most once, so a thread's last append can be lost with nothing after it to show
+the gap. Rather than every node asking the store about every quiet thread, each node that
+appends says where its threads stand: once a second, one message on the node-wide heads
+channel (:data:`HEADS_CHANNEL`) with the position of every thread it appended to since the
+last one. Redis publishes in command order, so a node that hears a head its copy has not
+reached lost an append. The cost follows the writes; a quiet thread costs nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import logging
 import random
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.asyncio import Redis
@@ -24,8 +31,8 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisError
 
-from hub.store.base import Bus, Event
-from hub.wire.codec import unpack
+from hub.store.base import Bus, Event, Position
+from hub.wire.codec import pack, unpack
 
 log = logging.getLogger("agui_hub.redis")
 
@@ -40,6 +47,9 @@ HEADER_BYTES = ORIGIN_BYTES + 8
 #: refused connection per node every half second costs Redis nothing.
 RECONNECT_MIN = 0.05
 RECONNECT_MAX = 0.5
+#: The node-wide channel of :meth:`RedisBus.announce` (a hash tag of its own: on a cluster it
+#: is one shard channel, on the shard that owns the tag).
+HEADS_CHANNEL = "agui:{heads}"
 
 
 class _NotingPubSub(PubSub):
@@ -77,6 +87,7 @@ class RedisBus(Bus):
         self._threads: dict[bytes, str] = {}
         self._connections = 0
         self._lost = False
+        self._heads = HEADS_CHANNEL.encode()
         self.pubsub = self._new_pubsub()
 
     def _new_pubsub(self) -> PubSub:
@@ -132,15 +143,23 @@ class RedisBus(Bus):
         self._threads.pop(channel.encode(), None)
         await self._unlisten(channel)
 
+    async def announce(self, heads: Mapping[str, Position]) -> None:
+        body = pack({key: list(position) for key, position in heads.items()})
+        if self.sharded:
+            await self.client.spublish(HEADS_CHANNEL, self.origin + body)
+        else:
+            await self.client.publish(HEADS_CHANNEL, self.origin + body)
+
     async def run(
-        self, deliver: Callable[[str, list[Event]], None], reconnected: Callable[[], None]
+        self,
+        deliver: Callable[[str, list[Event]], None],
+        reconnected: Callable[[], None],
+        heads: Callable[[dict[str, Position]], None],
     ) -> None:
         delay = RECONNECT_MIN
-        broken = False
+        # The heads channel is always listened to; the threads' channels as they are followed.
+        broken = not await self._resubscribe()
         while True:
-            if not self._refs:
-                await asyncio.sleep(0.05)
-                continue
             if broken:
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: no herd
                 delay = min(delay * 2, RECONNECT_MAX)
@@ -161,7 +180,15 @@ class RedisBus(Bus):
                 reconnected()
             if message is None or message.get("type") not in ("message", "smessage"):
                 continue
-            thread_id = self._threads.get(bytes(message["channel"]))
+            channel = bytes(message["channel"])
+            if channel == self._heads:
+                data = message["data"]
+                if data[:ORIGIN_BYTES] != self.origin:
+                    heads(
+                        {k: (int(p[0]), str(p[1])) for k, p in unpack(data[ORIGIN_BYTES:]).items()}
+                    )
+                continue
+            thread_id = self._threads.get(channel)
             if thread_id is not None:
                 data = message["data"]
                 if data[:ORIGIN_BYTES] == self.origin:
@@ -179,9 +206,7 @@ class RedisBus(Bus):
         self._connections = 0  # run() reports this reconnect itself
         self.pubsub = self._new_pubsub()
         try:
-            channels = [self.channel_of(thread_id) for thread_id in self._refs]
-            if channels:
-                await self._listen(*channels)
+            await self._listen(HEADS_CHANNEL, *(self.channel_of(t) for t in self._refs))
         except (RedisError, OSError):
             return False
         return True

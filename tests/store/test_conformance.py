@@ -195,3 +195,17 @@ async def test_a_run_lease_lapses_unless_renewed_and_only_its_run_releases_it(
     await store.release_run("t", "r1")
     assert await store.run_lease("t") is None
     assert await store.run_lease("u") is None  # per thread
+
+
+async def test_the_lapsed_leases_of_every_thread_are_one_question(opener: Opener) -> None:
+    store = await opener()
+    assert await store.lapsed_runs() == []
+    await store.lease_run("t", "r1", 0.2)
+    await store.lease_run("u", "r2", 0.2)
+    await store.lease_run("v", "r3", 30)
+    assert await store.lapsed_runs() == []
+    await asyncio.sleep(0.4)
+    assert sorted(await store.lapsed_runs()) == [("t", "r1"), ("u", "r2")]  # not v's
+    await store.lease_run("t", "r1", 30)  # renewed: no longer lapsed
+    await store.release_run("u", "r2")  # released: gone
+    assert await store.lapsed_runs() == []

@@ -174,9 +174,16 @@ class Guard:
     def edit_bucket(self) -> TokenBucket:
         return self.limits.edit_bucket()
 
-    async def pace(self, bucket: TokenBucket, tenant: str) -> None:
-        """One event from an agent connection of ``tenant``: wait until its buckets hold it."""
-        delay = pace(self._now(), bucket, self.tenant_rates.get(tenant))
+    def take(self, bucket: TokenBucket, tenant: str) -> float:
+        """One event from an agent connection of ``tenant``: 0 if its buckets hold it (taken),
+        else the seconds to wait before :meth:`pace` (the common case costs no await)."""
+        return pace(self._now(), bucket, self.tenant_rates.get(tenant))
+
+    async def pace(self, bucket: TokenBucket, tenant: str, delay: float | None = None) -> None:
+        """One event from an agent connection of ``tenant``: wait until its buckets hold it
+        (``delay``: what :meth:`take` answered, if it was asked already)."""
+        if delay is None:
+            delay = self.take(bucket, tenant)
         if delay:
             self.metrics.inc("agui_hub_paced_total")
             while delay:

@@ -231,6 +231,11 @@ class Hub:
         channel.changed_at = time.monotonic()
         self.persistence.changed(channel, len(events))
 
+    @property
+    def behind(self) -> bool:
+        """The store is behind: producers wait on :meth:`backpressure` (checked per frame)."""
+        return self.persistence.behind
+
     async def backpressure(self) -> None:
         """Wait while the store is behind by ``persist_queue`` writes or more."""
         await self.persistence.backpressure()

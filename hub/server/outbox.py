@@ -34,6 +34,27 @@ MAX_REPLIES = 64
 MAX_BATCH = 64
 
 
+def supports_direct_writes(socket: object) -> bool:
+    """Whether whole frames built once may be written straight to ``socket``'s transport."""
+    return _supports_direct_writes(socket)
+
+
+async def write_prebuilt(ws: Any, data: bytes) -> None:
+    """Write a whole WebSocket frame built once (:meth:`Frame.wire`) straight to a connection's
+    transport, waiting only if its buffer did not empty.
+
+    Safe with websockets as configured here: no compression and no fragmented sends, so a
+    whole data frame may go between any two frames the library writes itself (pings, pongs,
+    close). Only while the connection is OPEN; otherwise the library's own send raises
+    ConnectionClosed as usual."""
+    if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
+        await ws.send(b"", text=True)  # raises ConnectionClosed
+        return
+    ws.transport.write(data)
+    if ws.transport.get_write_buffer_size():
+        await ws.drain()
+
+
 def _supports_direct_writes(socket: object) -> bool:
     protocol = getattr(socket, "protocol", None)
     return (
@@ -228,19 +249,9 @@ class Outbox:
         self.metrics.inc("agui_hub_events_out_total", len(batch))
 
     async def _write_frame(self, data: bytes) -> None:
-        """Write a frame built once for all consumers straight to this connection's transport.
-
-        Safe with websockets as configured here: no compression and no fragmented sends, so a
-        whole data frame may go between any two frames the library writes itself (pings,
-        pongs, close). Only while the connection is OPEN; otherwise the library's own send
-        raises ConnectionClosed as usual.
-        """
-        ws: Any = self.socket
-        if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
-            await ws.send(b"", text=True)  # raises ConnectionClosed
-            return
-        ws.transport.write(data)
-        await ws.drain()
+        """Write a frame built once for all consumers straight to this connection's transport
+        (see :func:`write_prebuilt`)."""
+        await write_prebuilt(self.socket, data)
 
     @property
     def idle(self) -> bool:

@@ -70,6 +70,11 @@ class Persistence(ABC):
         """The thread was unloaded: forget what is kept about it."""
         self._unsaved.pop(channel, None)
 
+    @property
+    def behind(self) -> bool:
+        """The store is behind by ``persist_queue`` writes or more (see :meth:`backpressure`)."""
+        return self._writes.behind
+
     async def backpressure(self) -> None:
         """Wait while the store is behind by ``persist_queue`` writes or more."""
         await self._writes.wait_below()

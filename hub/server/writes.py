@@ -50,6 +50,11 @@ class WriteQueue(Generic[T]):
         if not self._items:
             self._settled.set()
 
+    @property
+    def behind(self) -> bool:
+        """``bound`` writes or more are waiting (:meth:`wait_below` would wait)."""
+        return not self._below.is_set()
+
     async def wait_below(self) -> None:
         """Wait while the store is ``bound`` writes or more behind."""
         await self._below.wait()

@@ -29,6 +29,11 @@ def _reject_constant(name: str) -> Any:
     raise BadFrame(f"{name} is not JSON")
 
 
+#: One decoder for every frame without big numbers (``json.loads`` with any keyword builds a
+#: decoder, and its scanner, per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _json_int(text: str) -> int:
     value = int(text)
     if not INT_MIN <= value <= INT_MAX:
@@ -92,7 +97,7 @@ def decode(data: str | bytes) -> dict[str, Any]:
                     parse_float=_json_float,
                 )
             else:
-                obj = json.loads(data, parse_constant=_reject_constant)
+                obj = _DECODER.decode(data)
         else:
             obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_ext, timestamp=0)
             _check_json_values(obj)

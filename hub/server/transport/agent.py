@@ -24,10 +24,11 @@ from hub.server.guard import Admission, Guard
 from hub.server.hub import Hub
 from hub.server.logs import about
 from hub.server.node import Change
+from hub.server.outbox import supports_direct_writes, write_prebuilt
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, WebSocket, done
 from hub.store.base import seq_of
 from hub.wire import control
-from hub.wire.codec import Encoding, decode, encode
+from hub.wire.codec import Encoding, Frame, decode, encode
 from hub.wire.events import parse_event
 
 log = logging.getLogger("agui_hub.server")
@@ -82,7 +83,8 @@ class AgentEndpoint(ThreadEndpoint):
                 await ws.send(encode(welcome, encoding))
             async for message in ws:
                 state.frames += 1
-                await hub.backpressure()
+                if hub.behind:
+                    await hub.backpressure()
                 await self._frame(channel, state, message)
                 if len(state.pending) >= MAX_IN_FLIGHT:
                     await state.pending[0][1]
@@ -110,7 +112,10 @@ class AgentEndpoint(ThreadEndpoint):
         try:
             frame = decode(message)
             self.guard.check_frame(frame)
-            await self.guard.pace(state.peer.bucket, state.peer.admission.principal.tenant)
+            tenant = state.peer.admission.principal.tenant
+            delay = self.guard.take(state.peer.bucket, tenant)
+            if delay:
+                await self.guard.pace(state.peer.bucket, tenant, delay)
             if frame.get("type") == control.SESSION:
                 # In order with the events before it: those are committed first.
                 if state.pending:
@@ -183,6 +188,7 @@ class AgentEndpoint(ThreadEndpoint):
         the store holds (refused frames included: they produced nothing to wait for)."""
         interval = self.config.ack_interval
         loop = asyncio.get_running_loop()
+        direct = supports_direct_writes(ws)
         acked_at = -interval
         while True:
             state.wake.clear()
@@ -205,7 +211,10 @@ class AgentEndpoint(ThreadEndpoint):
                     continue
                 state.acked_frames, acked_at = state.stored_frames, loop.time()
                 ack = control.ack(channel.persisted_seq, state.acked_frames)
-                await ws.send(encode(ack, encoding))
+                if direct:  # one per agent and ack interval: the frame straight to the socket
+                    await write_prebuilt(ws, Frame(ack).wire(encoding))
+                else:
+                    await ws.send(encode(ack, encoding))
                 continue
             if state.pending:
                 state.pending[0][1].add_done_callback(state.wake_up)

@@ -32,9 +32,10 @@ class Channel:
     frames: deque[Frame] = field(default_factory=deque)
     #: What a consumer that was sent every live frame holds (see hub.core.consumer).
     tracker: ConsumerView = field(default_factory=ConsumerView)
-    #: Repair frames by (view key, encoding), with the seq they bring a consumer to: one encode
-    #: for many joiners, reused (with the live frames after it) while the agent writes on.
-    sync_cache: dict[tuple[Any, str], tuple[int, list[Frame]]] = field(default_factory=dict)
+    #: Repair frames by (view key, encoding), with the seq they bring a consumer to and when
+    #: they were built: one encode for many joiners, reused (with the live frames after it)
+    #: briefly while the agent writes on (see hub.server.hub.SYNC_REUSE_SECONDS).
+    sync_cache: dict[tuple[Any, str], tuple[int, list[Frame], float]] = field(default_factory=dict)
     #: Agents connected to this thread (a thread in use is never unloaded).
     producers: int = 0
     #: The last seq the store holds (producers are acknowledged up to it).

@@ -37,6 +37,10 @@ log = logging.getLogger("agui_hub")
 
 #: Events a repair built earlier may be behind and still be reused, with the live frames since.
 SYNC_REUSE = 200
+#: ...and seconds since it was built: a joiner is never handed the past as if it were live
+#: (a join built seconds ago and a burst of the deltas since, its first "live" delta seconds
+#: old). Within this a storm of joiners shares one encode of the state; past it, anew.
+SYNC_REUSE_SECONDS = 0.1
 #: ...and while those events weigh at most this many bytes (or what the repair itself weighs).
 SYNC_REUSE_BYTES = 64 * 1024
 #: Repairs (view keys and encodings) kept per thread; past it the cache starts over.
@@ -287,8 +291,10 @@ class Hub:
         Encoded once per (view key, encoding) and, for joins, reused while the thread moves
         on: a join built at seq S, followed by the live frames after S (already encoded for
         every consumer), takes a new consumer to now as well. So 1,000 tabs joining a 1 MB
-        thread while its agent writes 100 events/s encode the state about once per
-        ``SYNC_REUSE`` events, not once per event. Past that distance it is built anew."""
+        thread at once while its agent writes 100 events/s encode the state about once per
+        ``SYNC_REUSE_SECONDS``, not once per joiner. Past ``SYNC_REUSE`` events, or that
+        age, it is built anew: a joiner gets the thread as of now, not a stale join and the
+        burst of deltas since."""
         thread = channel.thread
         view.before_repair(cause)
         key = (view.key(), encoding)
@@ -296,13 +302,19 @@ class Hub:
         frames = None
         # Only for a fresh join (the consumer holds nothing): a consumer that held a position
         # must never be taken back to one it had passed, so other repairs are built anew.
-        if cached is not None and cause == "join" and view.epoch is None:
-            frames = self._caught_up(channel, encoding, *cached)
+        now = time.monotonic()
+        if (
+            cached is not None
+            and cause == "join"
+            and view.epoch is None
+            and now - cached[2] <= SYNC_REUSE_SECONDS
+        ):
+            frames = self._caught_up(channel, encoding, cached[0], cached[1])
         if frames is None:
             built = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
             if len(channel.sync_cache) >= SYNC_CACHE_KEYS:
                 channel.sync_cache.clear()
-            channel.sync_cache[key] = (thread.seq, built)
+            channel.sync_cache[key] = (thread.seq, built, now)
             frames = built
             self.metrics.inc("agui_hub_sync_builds_total")
         view.catch_up(thread)

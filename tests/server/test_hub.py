@@ -62,3 +62,25 @@ async def test_a_thread_in_use_is_never_unloaded() -> None:
     hub._maybe_unload(channel)
     assert "t" not in hub.channels
     assert await hub.channel("t") is not channel  # loaded again on demand
+
+
+async def test_a_join_built_a_while_ago_is_not_reused_with_the_deltas_since() -> None:
+    import asyncio
+
+    from hub.server.hub import SYNC_REUSE_SECONDS
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    channel = await hub.channel("t")
+    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}})
+    hub.repair_frames(channel, ConsumerView(), "join", "json")  # a tab joined
+    for n in range(1, 4):  # the agent writes on; the next tab reloads a while later
+        await hub.publish(
+            channel, {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": n}]}
+        )
+    await asyncio.sleep(SYNC_REUSE_SECONDS * 1.5)
+    frames = hub.repair_frames(channel, ConsumerView(), "join", "json")
+    # The thread as of now, in one snapshot: no stale join followed by the deltas since.
+    assert not any(f.event["type"] == "STATE_DELTA" for f in frames)
+    (snapshot,) = [f.event for f in frames if f.event["type"] == "STATE_SNAPSHOT"]
+    assert snapshot["snapshot"] == {"n": 3}
+    assert hub.metrics.get("agui_hub_sync_builds_total") == 2

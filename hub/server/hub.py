@@ -68,6 +68,16 @@ class Hub:
         self.config = config
         self.metrics = metrics or Metrics()
         self.channels: dict[str, Channel] = {}
+        #: Threads by when they last changed, oldest first (a dict keeps insertion order):
+        #: their records are due ``compact_seconds`` after it. Only threads that changed.
+        self._changed: dict[Channel, float] = {}
+        #: Threads by when they last changed or were let go (last consumer, last agent),
+        #: oldest first: unloaded ``UNLOAD_AFTER`` seconds after it, if nobody uses them.
+        self._idle: dict[Channel, float] = {}
+        #: Threads that were due but still busy with the store: looked at again each second.
+        self._retry: set[Channel] = set()
+        #: Threads with consumers on this node (the watchdog looks at nothing else).
+        self._watched: set[Channel] = set()
         self._loading: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.broker: Broker
@@ -121,6 +131,7 @@ class Hub:
             if channel is None:
                 channel = await self._load(key)
                 self.channels[key] = channel
+                self._idle[channel] = time.monotonic()
         self._loading.pop(key, None)
         return channel
 
@@ -232,7 +243,10 @@ class Hub:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
-        channel.changed_at = time.monotonic()
+        now = channel.changed_at = time.monotonic()
+        for order in (self._changed, self._idle):  # to the end: the newest change
+            order.pop(channel, None)
+            order[channel] = now
         self.persistence.changed(channel, len(events))
 
     @property
@@ -244,15 +258,40 @@ class Hub:
         """Wait while the store is behind by ``persist_queue`` writes or more."""
         await self.persistence.backpressure()
 
+    def released(self, channel: Channel) -> None:
+        """An agent let go of the thread (its last consumer: see :meth:`detach`): it may be
+        unloaded ``UNLOAD_AFTER`` seconds from now, if nothing uses it by then."""
+        self._idle.pop(channel, None)
+        self._idle[channel] = time.monotonic()
+
     async def _compactor(self) -> None:
-        """Now and then: the records of quiet threads to the store, and idle threads unloaded."""
+        """Now and then: the records of quiet threads to the store, and idle threads unloaded.
+        Each tick looks only at the threads that are due, oldest first (the order is kept as
+        they change), so a node with 10,000 quiet threads spends nothing on them."""
         while True:
             await asyncio.sleep(min(1.0, self.config.compact_seconds))
-            now = time.monotonic()
-            for channel in list(self.channels.values()):
-                self.persistence.compact_if_due(channel, now)
-                if now - channel.changed_at > UNLOAD_AFTER:
-                    self._maybe_unload(channel)
+            self._settle(time.monotonic())
+
+    def _settle(self, now: float) -> None:
+        changed, idle = self._changed, self._idle
+        while changed:
+            channel, at = next(iter(changed.items()))
+            if now - at < self.config.compact_seconds:
+                break
+            del changed[channel]
+            self.persistence.compact_if_due(channel, now)
+        retry, self._retry = self._retry, set()
+        while idle:
+            channel, at = next(iter(idle.items()))
+            if now - at <= UNLOAD_AFTER:
+                break
+            del idle[channel]
+            retry.add(channel)
+        for channel in retry:
+            loaded = self.channels.get(channel.key) is channel
+            in_use = channel.consumers or channel.producers  # back once they let go
+            if loaded and not in_use and not self._maybe_unload(channel):
+                self._retry.add(channel)  # its store work is not done: next tick
 
     async def _watchdog(self) -> None:
         """One timer for all consumers: close those stuck on one frame past slow_timeout, and
@@ -262,7 +301,7 @@ class Hub:
             tick = min(1.0, self.config.slow_timeout / 4, self.config.heartbeat / 4)
             await asyncio.sleep(max(0.05, tick))
             now = loop.time()
-            for channel in list(self.channels.values()):
+            for channel in list(self._watched):
                 beat: Frame | None = None
                 for outbox in list(channel.consumers):
                     outbox.check_slow(now)
@@ -271,15 +310,21 @@ class Hub:
                         beat = beat or Frame(control.heartbeat(thread.seq, thread.epoch))
                         outbox.reply(beat)
 
-    def _maybe_unload(self, channel: Channel) -> None:
-        """Forget a thread nobody uses whose every event is stored; it loads again on demand."""
+    def _maybe_unload(self, channel: Channel) -> bool:
+        """Forget a thread nobody uses whose every event is stored (True if it was); it loads
+        again on demand."""
         in_use = channel.consumers or channel.producers
         in_use = in_use or self.persistence.busy(channel) or self.broker.busy(channel)
-        if not in_use and channel.persisted_seq == channel.thread.seq:
-            self.channels.pop(channel.key, None)
-            self.persistence.unloaded(channel)
-            self.broker.unloaded(channel)
-            self.on_unload(channel.key)
+        if in_use or channel.persisted_seq != channel.thread.seq:
+            return False
+        self.channels.pop(channel.key, None)
+        for order in (self._changed, self._idle):
+            order.pop(channel, None)
+        self._retry.discard(channel)
+        self.persistence.unloaded(channel)
+        self.broker.unloaded(channel)
+        self.on_unload(channel.key)
+        return True
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -362,12 +407,15 @@ class Hub:
         if cause is not None:
             outbox.repair(cause)
         channel.consumers.add(outbox)
+        self._watched.add(channel)
         return cause
 
     def detach(self, channel: Channel, outbox: Outbox) -> None:
         channel.consumers.discard(outbox)
         if not channel.consumers:
+            self._watched.discard(channel)
             self.broker.left(channel)
+            self.released(channel)
 
     def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
         """Scrape-time gauges: (name, HELP, labels, value)."""

@@ -217,6 +217,7 @@ class Upstream:
             renewing.cancel()
             self.runs.pop((channel.key, run_id), None)
             channel.producers -= 1
+            self.hub.released(channel)
         try:
             await asyncio.shield(self.hub.submit(channel, _ending(run_id, message, code)))
             await self.hub.store.release_run(channel.key, run_id)

@@ -84,3 +84,33 @@ async def test_a_join_built_a_while_ago_is_not_reused_with_the_deltas_since() ->
     (snapshot,) = [f.event for f in frames if f.event["type"] == "STATE_SNAPSHOT"]
     assert snapshot["snapshot"] == {"n": 3}
     assert hub.metrics.get("agui_hub_sync_builds_total") == 2
+
+
+async def test_quiet_threads_cost_the_compactor_nothing_and_idle_ones_still_unload() -> None:
+    import asyncio
+    import time
+
+    from hub.server.hub import UNLOAD_AFTER
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    watched = [await hub.channel(f"w{i}") for i in range(1000)]
+    for channel in watched:
+        channel.producers = 1  # an agent holds each: in use, never unloaded
+    idle = await hub.channel("idle")
+    hub.persistence.start()
+    await hub.publish(idle, {"type": "CUSTOM", "name": "n", "value": 1})
+    while idle.persisted_seq < idle.thread.seq:  # stored behind, by the persister
+        await asyncio.sleep(0.01)
+    later = time.monotonic() + UNLOAD_AFTER + 1
+    hub._settle(later)
+    assert "idle" not in hub.channels  # unused, stored, quiet past UNLOAD_AFTER: unloaded
+    assert all(hub.channels[c.key] is c for c in watched)
+    # Looked at once; nothing of them is left for the next ticks to walk through.
+    assert not hub._changed and not hub._idle and not hub._retry
+    watched[0].producers = 0
+    hub.released(watched[0])  # its agent let go: unloaded UNLOAD_AFTER from now, not at once
+    hub._settle(time.monotonic() + UNLOAD_AFTER / 2)
+    assert hub.channels.get("w0") is watched[0]
+    hub._settle(time.monotonic() + UNLOAD_AFTER + 1)
+    assert "w0" not in hub.channels and len(hub.channels) == 999
+    await hub.persistence.close()

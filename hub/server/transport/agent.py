@@ -99,6 +99,7 @@ class AgentEndpoint(ThreadEndpoint):
                 await answers
             self.producers -= 1
             channel.producers -= 1
+            hub.released(channel)
             thread = channel.thread  # a reload may have replaced the copy meanwhile
             if thread.run_id is not None and thread.run_id in state.runs:
                 await hub.abort_run(

@@ -90,10 +90,11 @@ def test_the_storm_costs_a_measured_hub_cpu_time_per_resume(bench_run: tuple[str
     assert re.search(rf"node B: 25 resumes, .*\({NUMBER} ms per resume", out), out
 
 
-def test_an_event_costs_redis_one_script_call(bench_run: tuple[str, Path]) -> None:
+def test_an_event_costs_redis_at_most_one_script_call(bench_run: tuple[str, Path]) -> None:
     out, _ = bench_run
     match = re.search(rf"Redis script calls \(EVALSHA.*\) per event: {NUMBER}", out)
-    assert match and 0.9 <= float(match.group(1)) <= 1.1, out
+    # One per commit: a commit that took several waiting events appends them in one call.
+    assert match and 0.3 <= float(match.group(1)) <= 1.1, out
 
 
 def test_the_bench_leaves_no_temp_dir_behind(bench_run: tuple[str, Path]) -> None:

@@ -74,7 +74,8 @@ def _us_per(cpu: float, count: int) -> float:
     return cpu / count * 1e6 if count else 0.0
 
 
-#: Commands that run a Lua script: one round trip each, however many commands the script runs.
+#: Commands that run a Lua script: one call each, however many commands the script runs (the
+#: appends of one loop turn, across threads, share one round trip: hub.store.redis).
 SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
 
 
@@ -92,7 +93,8 @@ def _commands(counters: Counters | None, events: int) -> list[str]:
         "counts the commands a Lua script runs as well as the script call; the bench's own "
         "INFO left out)",
         f"   Redis commands per event, by command: {breakdown}",
-        f"   Redis script calls (EVALSHA, one round trip each) per event: {scripts / per:.2f}",
+        f"   Redis script calls (EVALSHA, a batch of a thread's events each) per event: "
+        f"{scripts / per:.2f}",
         f"   Redis time per event in scripts (their commands included): {usec / per:.1f} us; "
         "network per event: "
         f"{counters.net_in / per:,.0f} B in, {counters.net_out / per:,.0f} B out",

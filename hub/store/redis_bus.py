@@ -157,8 +157,13 @@ class RedisBus(Bus):
         heads: Callable[[dict[str, Position]], None],
     ) -> None:
         delay = RECONNECT_MIN
-        # The heads channel is always listened to; the threads' channels as they are followed.
-        broken = not await self._resubscribe()
+        # The heads channel is always listened to; the threads' channels as they are followed
+        # (on the same pub/sub connection: nothing subscribed meanwhile is dropped).
+        try:
+            await self._listen(HEADS_CHANNEL)
+            broken = False
+        except (RedisError, OSError):
+            broken = True  # Redis is down at start: the reconnect loop below takes over
         while True:
             if broken:
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: no herd

@@ -11,4 +11,3 @@ def test_the_idle_threads_figures_come_from_a_real_run() -> None:
     assert row["consumers"] == 80  # one per thread per node: both nodes follow every thread
     # Per node and second: the lapsed-leases and receipts-tenants questions, not 40 checks.
     assert 0 < row["redis_commands_per_s"] < 10
-    assert row["node_a_cpu_pct"] >= 0 and row["node_b_cpu_pct"] >= 0

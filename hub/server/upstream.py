@@ -270,7 +270,7 @@ class Upstream:
         the lease (its run ended, but the release was lost with its node)."""
         store = self.hub.store
         lease = await store.run_lease(channel.key)
-        if lease is not None and lease == (run_id, True):
+        if lease == (run_id, True):
             return  # renewed meanwhile
         if lease is None or lease[0] != run_id:
             await store.release_run(channel.key, run_id)  # a newer run's, or none: stale

@@ -423,8 +423,8 @@ class RedisStore(Store):
         async with self.client.pipeline(transaction=not self.sharded) as pipe:
             pipe.set(run_key, run_id)
             pipe.set(alive_key, run_id, px=max(1, int(ttl * 1000)))
+            pipe.zadd(LEASES_KEY, {_lease_member(thread_id, run_id): lapses})
             await pipe.execute()
-        await self.client.zadd(LEASES_KEY, {_lease_member(thread_id, run_id): lapses})
 
     async def release_run(self, thread_id: str, run_id: str) -> None:
         await self._release_run(keys=list(lease_keys(thread_id)), args=[run_id])

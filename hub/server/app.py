@@ -30,11 +30,11 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import bind_allowed, host_allowed
-from hub.errors import BadHost, BadOrigin, BadPath, LimitExceeded
+from hub.errors import BadHost, BadOrigin, BadPath, LimitExceeded, PeerError
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config
 from hub.server.guard import Guard
-from hub.server.http11 import HttpConnection, HttpRequest, Stream, front_door
+from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
 from hub.server.receipts import ReceiptsService, receipt_store_for
 from hub.server.transport.agent import AgentEndpoint
@@ -179,6 +179,10 @@ class HubServer:
 
     def _refusal(self, target: str, headers: Headers) -> Response | None:
         """What every request is checked for first, WebSocket or not."""
+        name = duplicated(headers)
+        if name is not None:  # ambiguous: which copy did a proxy in front of us check?
+            refusal = PeerError(f"{name} sent more than once")
+            return json_response(HTTPStatus.BAD_REQUEST, refusal.as_value())
         if CONTROL.search(target):
             return json_response(HTTPStatus.NOT_FOUND, BadPath("no such path").as_value())
         if self.guard.auth.is_open and not host_allowed(headers.get("Host"), self.config.host):

@@ -23,7 +23,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -37,12 +37,26 @@ log = logging.getLogger("agui_hub.http")
 
 #: Bytes of request head a connection may send before it is answered 431.
 MAX_HEAD = 16 * 1024
-#: Seconds a new connection may take to send its request head.
+#: Seconds a request head may take to arrive whole, from its first byte (a new connection's:
+#: from the connection). Bounded as a whole, not per byte: a client sending a byte every
+#: second is cut off as surely as a silent one.
 HEAD_TIMEOUT = 10.0
 #: Seconds a kept-alive connection may stay idle between requests.
 IDLE_TIMEOUT = 60.0
-#: Seconds a request body may take to arrive.
+#: Seconds a request body may take to arrive whole, from the end of its head.
 BODY_TIMEOUT = 30.0
+#: Headers a request may carry once: a second copy is ambiguous (which one did a proxy in
+#: front of the hub check?), so it is refused with 400, never guessed at. (Two
+#: ``Authorization`` headers are refused too, as ``unauthenticated``: see hub.auth.tokens.)
+SINGLETON_HEADERS = (
+    "Host",
+    "Origin",
+    "Content-Type",
+    "Content-Length",
+    "Last-Event-ID",
+    "Sec-WebSocket-Key",
+    "Sec-WebSocket-Version",
+)
 #: Seconds the rest of a refused body is read and dropped before the connection closes.
 LINGER = 2.0
 
@@ -92,6 +106,14 @@ class Stream:
 Handler = Callable[[HttpRequest], Awaitable[Response | Stream]]
 
 
+def duplicated(headers: Headers) -> str | None:
+    """The first of :data:`SINGLETON_HEADERS` that ``headers`` carries more than once."""
+    for name in SINGLETON_HEADERS:
+        if len(headers.get_all(name)) > 1:
+            return name
+    return None
+
+
 def plain(status: HTTPStatus, text: str) -> Response:
     data = text.encode()
     headers = Headers(
@@ -118,17 +140,24 @@ class HttpConnection(asyncio.Protocol):
         #: so the client reads the answer rather than a reset (a lingering close).
         self._discarding = False
         self._eof = False
+        #: When the request head now arriving sent its first byte (None: none yet).
+        self._head_from: float | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self._task = asyncio.get_running_loop().create_task(self._serve())
+        loop = asyncio.get_running_loop()
+        # The front door read the head's first bytes already: it started then (about now).
+        self._head_from = loop.time()
+        self._task = loop.create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
             return
+        if self._head_from is None and data:
+            self._head_from = asyncio.get_running_loop().time()
         self.h11.receive_data(data)
         self._readable.set()
         if len(self.h11.trailing_data[0]) > MAX_HEAD + self.max_body and self.transport:
@@ -183,32 +212,46 @@ class HttpConnection(asyncio.Protocol):
         if data and self.transport is not None and not self._lost:
             self.transport.write(data)
 
-    async def _next_event(self, timeout: float) -> Any:
+    async def _next_event(self, deadline: Callable[[], float]) -> Any:
+        """The next h11 event, or None once ``deadline()`` (loop time, asked again after
+        every read: it may move, as when a head starts arriving) has passed."""
+        loop = asyncio.get_running_loop()
         while True:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
             if self._lost:
                 return h11.ConnectionClosed()
+            left = deadline() - loop.time()
+            if left <= 0:
+                return None
             self._readable.clear()
             if self.transport is not None:
                 self.transport.resume_reading()
-            try:
-                await asyncio.wait_for(self._readable.wait(), timeout)
-            except TimeoutError:
-                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._readable.wait(), left)
+
+    def _head_deadline(self, idle_until: float) -> float:
+        """Idle until ``idle_until``; once the head's first byte came, HEAD_TIMEOUT from it."""
+        started = self._head_from
+        return idle_until if started is None else started + HEAD_TIMEOUT
 
     async def _serve(self) -> None:
-        first = True
+        loop = asyncio.get_running_loop()
         try:
             while not self._lost:
-                event = await self._next_event(HEAD_TIMEOUT if first else IDLE_TIMEOUT)
-                first = False
+                idle_until = loop.time() + IDLE_TIMEOUT
+                event = await self._next_event(partial(self._head_deadline, idle_until))
+                if event is None and self._head_from is not None:
+                    self._timed_out("the request head took too long")
+                    break
                 if not isinstance(event, h11.Request):
-                    break  # closed, timed out, or the client is done
+                    break  # closed, idle too long, or the client is done
                 await self._exchange(event)
                 if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
                     self.h11.start_next_cycle()
+                    # A pipelined head may be here already: it started now.
+                    self._head_from = loop.time() if self.h11.trailing_data[0] else None
                 else:
                     break
         except h11.RemoteProtocolError as exc:
@@ -244,7 +287,45 @@ class HttpConnection(asyncio.Protocol):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._readable.wait(), left)
 
+    def _timed_out(self, message: str) -> None:
+        """408 (the connection then closes), unless something was answered already."""
+        status = HTTPStatus.REQUEST_TIMEOUT
+        if self.h11.our_state is h11.SEND_RESPONSE:
+            with contextlib.suppress(h11.LocalProtocolError):
+                self._answer(_json(status, "timeout", message), head_only=False, close=True)
+        elif self.h11.our_state is h11.IDLE and self.transport is not None and not self._lost:
+            # A head cut short: h11 has no request to answer, so the answer is written as is.
+            answer = _json(status, "timeout", message)
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (len(answer.body), answer.body)
+            )
+
+    def _refuse_framing(self, headers: Headers) -> bool:
+        """Refuse, before a byte of the body is read (and before any ``100 Continue``), a
+        request whose framing is ambiguous or whose declared body is over the limit; True if
+        it was refused (the connection then closes)."""
+        name = duplicated(headers)
+        if name is not None:
+            refusal = _json(HTTPStatus.BAD_REQUEST, "bad_request", f"{name} sent more than once")
+        elif "Transfer-Encoding" in headers and "Content-Length" in headers:
+            # RFC 9112 6.3: a request with both may be an attempt at request smuggling (a proxy
+            # that trusts Content-Length sees another request in the body): never serve it.
+            message = "Transfer-Encoding and Content-Length together"
+            refusal = _json(HTTPStatus.BAD_REQUEST, "bad_request", message)
+        else:
+            declared = headers.get("Content-Length")
+            if declared is None or int(declared) <= self.max_body:  # h11 checked it is digits
+                return False
+            status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+            refusal = _json(status, "frame_too_large", f"the body is over {self.max_body} bytes")
+        self._discarding = True
+        self._answer(refusal, head_only=False, close=True)
+        return True
+
     async def _exchange(self, head: h11.Request) -> None:
+        self._head_from = None
         size = len(head.target) + sum(len(k) + len(v) + 4 for k, v in head.headers.raw_items())
         if size > MAX_HEAD:  # h11 bounds only a head still arriving; this one came whole
             status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
@@ -256,13 +337,19 @@ class HttpConnection(asyncio.Protocol):
         headers = Headers(
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers.raw_items()]
         )
+        if self._refuse_framing(headers):
+            return
         body = bytearray()
         too_big = False
+        body_until = asyncio.get_running_loop().time() + BODY_TIMEOUT
         while True:
             if self.h11.they_are_waiting_for_100_continue:
                 self._send(h11.InformationalResponse(status_code=100, headers=[]))
-            event = await self._next_event(BODY_TIMEOUT)
-            if event is None or isinstance(event, h11.ConnectionClosed):
+            event = await self._next_event(lambda: body_until)
+            if event is None:
+                self._timed_out("the request body took too long")
+                return
+            if isinstance(event, h11.ConnectionClosed):
                 return
             if isinstance(event, h11.EndOfMessage):
                 break

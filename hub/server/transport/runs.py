@@ -29,8 +29,15 @@ from ag_ui.core import RunAgentInput
 from pydantic import ValidationError
 from websockets.http11 import Response
 
-from hub.auth import WRITE, is_thread_id
-from hub.errors import BadPath, HubError, MethodNotAllowed, PeerError, UnsupportedMediaType
+from hub.auth import READ, WRITE, is_thread_id
+from hub.errors import (
+    BadPath,
+    HubError,
+    MethodNotAllowed,
+    PeerError,
+    UnknownAgent,
+    UnsupportedMediaType,
+)
 from hub.server.guard import Admission, Guard
 from hub.server.http11 import HttpRequest, Stream, Writer
 from hub.server.hub import Hub
@@ -92,27 +99,33 @@ class HttpApi:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _admit(self, request: HttpRequest, thread_id: str, *, write: bool) -> Admission:
-        """The caller, admitted to the thread and counted (call ``guard.leave`` after); with
-        ``write``, also allowed to start work there (scope, reserved threads, its rate)."""
-        scope = self.guard.scope_for("consumer", thread_id)
-        admission = self.guard.admit(request.headers, request.query, thread_id, scope)
+    def _admit(
+        self, request: HttpRequest, thread_id: str, *, write: bool, read: bool = True
+    ) -> Admission:
+        """The caller, admitted to the thread and counted (call ``guard.leave`` after). With
+        ``write``, allowed to start work there (scope ``write``, reserved threads, its rate);
+        ``read`` (the default) also needs the thread's read scope: starting or cancelling a
+        run needs only ``write``, the HttpAgent endpoint, which streams the run back, both."""
+        guard = self.guard
+        scope = WRITE if write else guard.scope_for("consumer", thread_id)
+        admission = guard.admit(request.headers, request.query, thread_id, scope)
         try:
             if write:
-                admission.principal.require(WRITE)
-                self.guard.check_write(thread_id)
-                self.guard.rate(self.guard.edit_bucket(), admission.principal.tenant)
+                if read:
+                    admission.principal.require(guard.scope_for("consumer", thread_id))
+                guard.check_write(thread_id)
+                guard.rate(guard.edit_bucket(), admission.principal.tenant)
         except BaseException:
-            self.guard.leave(admission)
+            guard.leave(admission)
             raise
         return admission
 
     @asynccontextmanager
     async def _admitted(
-        self, request: HttpRequest, thread_id: str, *, write: bool
+        self, request: HttpRequest, thread_id: str, *, write: bool, read: bool = True
     ) -> AsyncIterator[Admission]:
         """:meth:`_admit` for the length of one request."""
-        admission = self._admit(request, thread_id, write=write)
+        admission = self._admit(request, thread_id, write=write, read=read)
         try:
             yield admission
         finally:
@@ -133,7 +146,7 @@ class HttpApi:
     # -- runs -----------------------------------------------------------------------------------
 
     async def _start(self, request: HttpRequest, thread_id: str) -> Response:
-        async with self._admitted(request, thread_id, write=True) as admission:
+        async with self._admitted(request, thread_id, write=True, read=False) as admission:
             command = control.parse_command({**self._json(request), "type": control.RUN})
             assert isinstance(command, control.Run)
             channel = await self.hub.channel(admission.key)
@@ -142,7 +155,7 @@ class HttpApi:
         return json_response(HTTPStatus.ACCEPTED, started)
 
     async def _cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> Response:
-        async with self._admitted(request, thread_id, write=True) as admission:
+        async with self._admitted(request, thread_id, write=True, read=False) as admission:
             channel = await self.hub.channel(admission.key)
             await self.hub.refresh(channel)
             await self.upstream.cancel(channel, run_id)
@@ -153,6 +166,11 @@ class HttpApi:
     # -- the HttpAgent endpoint -----------------------------------------------------------------
 
     async def _agent(self, request: HttpRequest, name: str) -> Response | Stream:
+        # The caller first, before anything about the body or the agent is answered: a caller
+        # without a token (or without both scopes) learns nothing, not even which agents exist.
+        principal = self.guard.authenticate(request.headers, request.query)
+        principal.require(WRITE)
+        principal.require(READ)
         body = self._json(request)
         try:
             given = RunAgentInput.model_validate(body)
@@ -163,7 +181,7 @@ class HttpApi:
         if not is_thread_id(given.thread_id):
             raise BadPath("threadId is not a valid thread id")
         if name not in self.hub.config.agents:
-            raise BadPath(f"no agent named {name!r} is configured")
+            raise UnknownAgent(f"no agent named {name!r} is configured")
         command = control.Run(
             agent=name,
             messages=body.get("messages", []),
@@ -208,9 +226,9 @@ class HttpApi:
     # -- SSE consumers --------------------------------------------------------------------------
 
     async def _events(self, request: HttpRequest, thread_id: str) -> Stream:
-        since, epoch = _resume_point(request)
         admission = self._admit(request, thread_id, write=False)  # while the stream lasts
         try:
+            since, epoch = _resume_point(request)
             channel = await self.hub.channel(admission.key)
             await self.hub.follow(channel)
         except BaseException:

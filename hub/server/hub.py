@@ -382,6 +382,11 @@ class Hub:
         first = live[0].event["metadata"]["hub"]
         if first["seq"] != seq + 1 or first["epoch"] != thread.epoch:
             return None
+        # Not across the start of a run: a join built before it holds no RUN_STARTED, so the
+        # joiner would get the snapshots first and the run's start after them, which AG-UI
+        # (and the official client) refuses. A fresh join begins the run, as it should.
+        if any(f.event["type"] == "RUN_STARTED" for f in live):
+            return None
         # Not when the events since weigh more on the wire than a fresh repair would.
         weight = sum(len(f.data(encoding)) for f in live)
         if weight > max(SYNC_REUSE_BYTES, sum(len(f.data(encoding)) for f in built)):

@@ -4,6 +4,7 @@ same state and messages as a consumer that watched from the start."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -126,3 +127,33 @@ async def test_a_consumer_repaired_inside_the_run_is_accepted(
     view = hub.thread(thread)
     assert result["state"] == view["state"]
     assert without_positions(result["messages"]) == view["messages"]
+
+
+async def test_a_join_reused_across_the_start_of_a_run_is_still_valid_ag_ui() -> None:
+    """Tabs joined before the run began; another joins just after RUN_STARTED, while the
+    join built for the first ones may still be reused: its stream must still begin with
+    RUN_STARTED and bring the official client to the hub's view, as a fresh join does."""
+    from hub.core.consumer import ConsumerView
+    from hub.server.config import Config
+    from hub.server.hub import Hub
+    from hub.store.memory import MemoryStore
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    channel = await hub.channel("reuse")
+    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}})
+    hub.repair_frames(channel, ConsumerView(), "join", "json")  # tabs joined before the run
+    for event in scripted("reuse")[:5]:  # the run starts: RUN_STARTED ... a text message open
+        outcome = await hub.publish(channel, event)
+        assert outcome.error is None, outcome.error
+    frames = hub.repair_frames(channel, ConsumerView(), "join", "json")  # within the reuse age
+    events = [json.loads(f.data("json")) for f in frames]  # as sent (encoded when built)
+    assert events[0]["type"] == "RUN_STARTED", [e["type"] for e in events]
+    rest = scripted("reuse")[5:]
+    for event in rest:
+        await hub.publish(channel, event)
+    live = [json.loads(f.data("json")) for f in list(channel.frames)[-len(rest) :]]
+    verdict = harness.replay([*events, *live])
+    assert verdict["ok"], verdict
+    view = channel.thread.view()
+    assert verdict["state"] == view["state"]
+    assert without_positions(verdict["messages"]) == without_positions(view["messages"])

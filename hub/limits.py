@@ -416,12 +416,12 @@ class TenantThreads:
         return thread_id in self._threads.get(tenant, ())
 
     def try_add(self, tenant: str, thread_id: str) -> bool:
-        known = self._threads.setdefault(tenant, set())
-        if thread_id in known:
+        known = self._threads.get(tenant)
+        if known is not None and thread_id in known:
             return True
-        if len(known) >= self.limit:
+        if known is not None and len(known) >= self.limit:
             return False
-        known.add(thread_id)
+        self._threads.setdefault(tenant, set()).add(thread_id)
         return True
 
     def add(self, tenant: str, thread_id: str) -> None:

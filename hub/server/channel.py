@@ -17,7 +17,7 @@ from typing import Any
 from hub.core.consumer import ConsumerView
 from hub.core.thread import Event, Thread
 from hub.server.outbox import Outbox
-from hub.wire.codec import Frame
+from hub.wire.codec import Encoding, Frame
 
 
 @dataclass(eq=False)
@@ -35,9 +35,14 @@ class Channel:
     #: Repair frames by (view key, encoding), with the seq they bring a consumer to and when
     #: they were built: one encode for many joiners, reused (with the live frames after it)
     #: briefly while the agent writes on (see hub.server.hub.SYNC_REUSE_SECONDS).
-    sync_cache: dict[tuple[Any, str], tuple[int, list[Frame], float]] = field(default_factory=dict)
+    sync_cache: dict[tuple[Any, Encoding], tuple[int, list[Frame], float]] = field(
+        default_factory=dict
+    )
     #: Agents connected to this thread (a thread in use is never unloaded).
     producers: int = 0
+    #: The node let go of this copy (see hub.server.hub.Hub._maybe_unload): nothing may
+    #: attach to it any more; the thread loads again, as a new Channel, on demand.
+    unloaded: bool = False
     #: The last seq the store holds (producers are acknowledged up to it).
     persisted_seq: int = 0
     #: When it last changed (monotonic); a thread just loaded counts as just changed, so it

@@ -67,6 +67,8 @@ class Admission:
 
     principal: Principal
     key: str
+    #: This admission recorded the thread for its tenant (it was new on this node).
+    added: bool = False
 
 
 class Guard:
@@ -126,19 +128,32 @@ class Guard:
         """Authenticate, check the scope and the token's threads, and count the connection
         against its tenant (call :meth:`leave` when it ends)."""
         principal = self.authenticate(headers, query)
+        tenant = principal.tenant
+        added = False
         try:
             principal.require(scope)
             principal.require_thread(thread_id)
-            key = tenant_key(principal.tenant, thread_id)
-            self.threads.add(principal.tenant, thread_id)
-            self.connections.acquire(principal.tenant)
+            key = tenant_key(tenant, thread_id)
+            added = not self.threads.has(tenant, thread_id)
+            self.threads.add(tenant, thread_id)
+            self.connections.acquire(tenant)
         except PeerError as exc:
+            if added:  # what it took, given back: a refused connection holds no thread
+                self.threads.discard(tenant, thread_id)
             self.refused(exc.code)
             raise
-        return Admission(principal, key)
+        return Admission(principal, key, added)
 
     def leave(self, admission: Admission) -> None:
         self.connections.release(admission.principal.tenant)
+
+    def abandon(self, admission: Admission, *, loaded: bool) -> None:
+        """An admitted connection that failed before it was served: :meth:`leave`, and the
+        thread it recorded is forgotten again unless the node has it loaded (then it is
+        forgotten when it unloads, as every thread is)."""
+        self.leave(admission)
+        if admission.added and not loaded:
+            self.forget_thread(admission.key)
 
     def forget_thread(self, key: str) -> None:
         """A thread was unloaded: it no longer counts against its tenant on this node."""

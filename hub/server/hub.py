@@ -17,6 +17,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from hub.core.consumer import ConsumerView, resume, sync_frames
 from hub.core.thread import Event, Outcome, Thread
@@ -43,8 +44,12 @@ SYNC_REUSE = 200
 SYNC_REUSE_SECONDS = 0.1
 #: ...and while those events weigh at most this many bytes (or what the repair itself weighs).
 SYNC_REUSE_BYTES = 64 * 1024
-#: Repairs (view keys and encodings) kept per thread; past it the cache starts over.
+#: Repairs (view keys and encodings) kept per thread, at most; the oldest go first.
 SYNC_CACHE_KEYS = 64
+#: Bytes of repair frames kept per thread, at most (the newest repair is kept whatever it
+#: weighs: it is the one a storm of joiners shares). A repair of a thread that moved on,
+#: older than SYNC_REUSE_SECONDS, can serve nobody and is dropped at the next build.
+SYNC_CACHE_BYTES = 4 << 20
 
 #: Seconds a thread with no connections stays loaded after its last change.
 UNLOAD_AFTER = 60.0
@@ -124,6 +129,11 @@ class Hub:
         it on first use."""
         channel = self.channels.get(key)
         if channel is not None:
+            if channel in self._idle:
+                # Asked for: whoever asked attaches after an await or two (a first ping, a
+                # subscription), so the unload clock starts again now, not from when the
+                # thread went idle (it could otherwise be unloaded under a joining tab).
+                self.released(channel)
             return channel
         lock = self._loading.setdefault(key, asyncio.Lock())
         async with lock:
@@ -318,6 +328,7 @@ class Hub:
         if in_use or channel.persisted_seq != channel.thread.seq:
             return False
         self.channels.pop(channel.key, None)
+        channel.unloaded = True
         for order in (self._changed, self._idle):
             order.pop(channel, None)
         self._retry.discard(channel)
@@ -352,14 +363,13 @@ class Hub:
             cached is not None
             and cause == "join"
             and view.epoch is None
-            and now - cached[2] <= SYNC_REUSE_SECONDS
+            # As of now (the thread has not moved since), or recent enough to catch up.
+            and (cached[0] == thread.seq or now - cached[2] <= SYNC_REUSE_SECONDS)
         ):
             frames = self._caught_up(channel, encoding, cached[0], cached[1])
         if frames is None:
             built = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
-            if len(channel.sync_cache) >= SYNC_CACHE_KEYS:
-                channel.sync_cache.clear()
-            channel.sync_cache[key] = (thread.seq, built, now)
+            _remember(channel, key, (thread.seq, built, now))
             frames = built
             self.metrics.inc("agui_hub_sync_builds_total")
         view.catch_up(thread)
@@ -401,6 +411,8 @@ class Hub:
         Returns the snapshot cause, or None for a replay. Synchronous, so no event slips
         between the decision and the subscription.
         """
+        if channel.unloaded:  # never feed a consumer from a copy nobody writes to any more
+            raise Unavailable("the thread was unloaded meanwhile; connect again")
         cause: str | None = "join"
         if since is not None:
             events, cause = resume(channel.thread, since, epoch)
@@ -441,3 +453,24 @@ class Hub:
             seq = channel.thread.seq
             for outbox in channel.consumers:
                 yield seq - outbox.acked
+
+
+def _remember(
+    channel: Channel, key: tuple[Any, Encoding], entry: tuple[int, list[Frame], float]
+) -> None:
+    """Keep a repair just built, within SYNC_CACHE_KEYS and SYNC_CACHE_BYTES (oldest out)."""
+    cache = channel.sync_cache
+    cache.pop(key, None)
+    seq, now = channel.thread.seq, entry[2]
+    for old_key, (old_seq, _, built_at) in list(cache.items()):
+        if old_seq != seq and now - built_at > SYNC_REUSE_SECONDS:
+            del cache[old_key]  # the thread moved on, and it is too old to catch up from
+
+    def weight(k: tuple[Any, Encoding], frames: list[Frame]) -> int:
+        return sum(len(f.data(k[1])) for f in frames)
+
+    total = weight(key, entry[1]) + sum(weight(k, v[1]) for k, v in cache.items())
+    while cache and (len(cache) >= SYNC_CACHE_KEYS or total > SYNC_CACHE_BYTES):
+        oldest = next(iter(cache))
+        total -= weight(oldest, cache.pop(oldest)[1])
+    cache[key] = entry

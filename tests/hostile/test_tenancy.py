@@ -14,6 +14,7 @@ from support import is_custom, seq_of
 
 from hostile.kit import (
     ACME,
+    LIMITS,
     OTHER_SECRET,
     SECRET,
     STEADY,
@@ -468,3 +469,21 @@ async def test_an_import_with_bad_messages_is_refused_whole(
     await agent.send({"type": "RAW", "event": "after"})
     got = await watcher.recv_until(lambda e: e["type"] == "RAW")
     assert [e["type"] for e in got] == ["RAW"]  # nothing else reached consumers
+
+
+async def test_refused_connections_hold_no_thread_of_their_tenant(strict: Node) -> None:
+    """A tenant at its connection limit tries thread after thread: each is refused, and none
+    of them counts against its thread limit afterwards (they used to: the tenant was then
+    refused every new thread, too_many_threads, for as long as the node ran)."""
+    tenant = f"leaky{uuid.uuid4().hex[:6]}"
+    tok = token(tenant, "read")
+    held = [
+        await welcomed(strict, "held", tok) for _ in range(LIMITS["max_connections_per_tenant"])
+    ]
+    for n in range(LIMITS["max_threads_per_tenant"] + 5):
+        refused_now = await refusal(strict, f"new-{n}", tok)
+        assert refused_now.error["code"] == "too_many_connections", refused_now.frames()
+    for client in held:
+        await client.close()
+    time.sleep(0.2)  # the closes reach the hub
+    await welcomed(strict, "after-the-storm", tok)  # a new thread: room for it

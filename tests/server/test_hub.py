@@ -114,3 +114,75 @@ async def test_quiet_threads_cost_the_compactor_nothing_and_idle_ones_still_unlo
     hub._settle(time.monotonic() + UNLOAD_AFTER + 1)
     assert "w0" not in hub.channels and len(hub.channels) == 999
     await hub.persistence.close()
+
+
+async def test_a_thread_asked_for_is_not_unloaded_before_its_joiner_attaches() -> None:
+    """A tab reloads on a document idle for over a minute: between loading the thread and
+    attaching, the node waits for the tab's first pong; the compactor running in that window
+    must not unload the copy the tab is about to attach to."""
+    import time
+
+    from hub.server.hub import UNLOAD_AFTER
+    from hub.server.outbox import Outbox
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    channel = await hub.channel("t")
+    hub._idle[channel] = time.monotonic() - UNLOAD_AFTER - 5  # idle for over a minute
+    joining = await hub.channel("t")  # the reloading tab asks for it ...
+    assert joining is channel
+    hub._settle(time.monotonic())  # ... and the compactor runs while it waits for the pong
+    assert hub.channels.get("t") is channel and not channel.unloaded
+
+    # A copy that was unloaded is never attached to (it would get no events, ever).
+    hub._idle[channel] = time.monotonic() - UNLOAD_AFTER - 5
+    hub._settle(time.monotonic())
+    assert channel.unloaded and "t" not in hub.channels
+
+    class Socket:
+        def write(self, data: bytes) -> None:
+            raise AssertionError("nothing is written to a refused consumer")
+
+    outbox = Outbox(Socket(), "json", lambda view, cause: [], hub.metrics, limit=10, slow_timeout=5)  # type: ignore[arg-type]
+    from hub.errors import Unavailable
+
+    try:
+        hub.attach(channel, outbox, None, None)
+    except Unavailable:
+        pass
+    else:
+        raise AssertionError("attached to an unloaded copy")
+    assert not channel.consumers
+
+
+async def test_the_repair_cache_is_bounded_in_bytes_and_keeps_nothing_useless() -> None:
+    """Consumers holding different runs need different repairs of a 1 MB state: the cache
+    keeps at most SYNC_CACHE_BYTES of them (it used to keep 64 whole snapshots per thread)."""
+    from hub.server.hub import SYNC_CACHE_BYTES
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    channel = await hub.channel("t")
+    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 1_000_000}})
+
+    def cached_bytes() -> int:
+        return sum(
+            len(f.data(key[1]))
+            for key, (_, frames, _) in channel.sync_cache.items()
+            for f in frames
+        )
+
+    for n in range(20):  # 20 consumers, each back from a run of its own
+        view = ConsumerView()
+        view.hold(f"old-run-{n}", (), None)
+        view.epoch, view.seq = channel.thread.epoch, 0
+        hub.repair_frames(channel, view, "slow", "json")
+        assert cached_bytes() <= SYNC_CACHE_BYTES + 1_100_000  # the bound, plus the newest
+    assert len(channel.sync_cache) <= SYNC_CACHE_BYTES // 1_000_000 + 1
+
+    # A thread that did not move since: a join reuses its repair however old it is.
+    first = hub.repair_frames(channel, ConsumerView(), "join", "json")
+    import asyncio
+
+    from hub.server.hub import SYNC_REUSE_SECONDS
+
+    await asyncio.sleep(SYNC_REUSE_SECONDS * 1.5)
+    assert hub.repair_frames(channel, ConsumerView(), "join", "json") is first

@@ -270,12 +270,19 @@ class ThreadEndpoint:
             admission = self.guard.admit(ws.request.headers, target.query, target.thread_id, scope)
             channel = await self.open(target, admission)
             await reading
+            while channel.unloaded:  # let go of meanwhile: the thread as loaded now
+                channel = await self.open(target, admission)
         except HubError as exc:
             reading.cancel()
             if admission is not None:
-                self.guard.leave(admission)
+                self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
             await refuse(ws, exc, encoding)
             return
+        except BaseException:  # the client went away, the task was cancelled, a bug
+            reading.cancel()
+            if admission is not None:
+                self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+            raise
         try:
             await self.serve(Connection(ws, channel, admission, target, encoding))
         finally:

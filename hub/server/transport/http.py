@@ -119,8 +119,10 @@ class ThreadView:
         try:
             channel = await self.hub.channel(admission.key)
             await self.hub.refresh(channel)
-        except HubError as exc:
-            return error_response(exc)
-        finally:
-            self.guard.leave(admission)
+        except BaseException as exc:
+            self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+            if isinstance(exc, HubError):
+                return error_response(exc)
+            raise
+        self.guard.leave(admission)
         return json_response(HTTPStatus.OK, channel.thread.view())

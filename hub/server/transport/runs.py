@@ -116,7 +116,7 @@ class HttpApi:
                 guard.check_write(thread_id)
                 guard.rate(guard.edit_bucket(), admission.principal.tenant)
         except BaseException:
-            guard.leave(admission)
+            guard.abandon(admission, loaded=admission.key in self.hub.channels)
             raise
         return admission
 
@@ -128,7 +128,10 @@ class HttpApi:
         admission = self._admit(request, thread_id, write=write, read=read)
         try:
             yield admission
-        finally:
+        except BaseException:
+            self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+            raise
+        else:
             self.guard.leave(admission)
 
     def _json(self, request: HttpRequest) -> dict[str, Any]:
@@ -209,7 +212,7 @@ class HttpApi:
                 raise
             assert started["runId"] == run_id
         except BaseException:
-            self.guard.leave(admission)
+            self.guard.abandon(admission, loaded=admission.key in hub.channels)
             raise
 
         async def stream(writer: Writer) -> None:
@@ -232,7 +235,7 @@ class HttpApi:
             channel = await self.hub.channel(admission.key)
             await self.hub.follow(channel)
         except BaseException:
-            self.guard.leave(admission)
+            self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
             raise
         hub, guard = self.hub, self.guard
 

@@ -102,6 +102,11 @@ async def test_a_run_whose_node_dies_ends_with_agent_disconnected_on_the_other(
     assert (await run_end(there, again))["type"] == "RUN_FINISHED"
     assert n1.thread("t-dies")["run"] is None
     assert n1.thread("t-agent-run")["run"] == {"runId": "own"}  # still open
+    # Everything the other thread's consumer was sent since the death, up to a marker the
+    # agent sends now: no RUN_ERROR among it (read first: received holds only what was read).
+    await agent_conn.send({"type": "CUSTOM", "name": "after-the-death", "value": 1})
+    seen = await other.recv_until(lambda e: e.get("name") == "after-the-death")
+    assert seen and seen[-1]["name"] == "after-the-death"
     assert not any(e["type"] == "RUN_ERROR" for e in other.received)
 
 

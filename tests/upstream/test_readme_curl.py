@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from agents import AgentServer
+from ci_rule import under_ci
 from support import HubProcess
 
 from hub.wire.sse import SSEParser
@@ -27,6 +28,10 @@ def example_commands() -> list[list[str]]:
     section = text[start : text.index("\n#### ", start + 1)]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     return [shlex.split(line) for block in blocks for line in block.splitlines() if line]
+
+
+if under_ci() and shutil.which("curl") is None:  # .ci/run installs curl
+    raise RuntimeError("curl is not installed, and CI must run the README's curl example")
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")

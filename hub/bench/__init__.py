@@ -283,7 +283,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
 
         return chaos.cli(args_list[1:])
     if args_list[:1] == ["receipts"]:
-        from hub.receipts.bench import main as receipts_bench
+        from hub.bench.receipts import main as receipts_bench
 
         return receipts_bench(args_list[1:])
     parser = argparse.ArgumentParser(

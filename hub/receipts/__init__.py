@@ -7,7 +7,9 @@ derived from them.
 - :mod:`hub.receipts.board`: the operator board as AG-UI state, and its deltas (pure).
 - :mod:`hub.receipts.store`: the append-only store (memory, SQLite, Redis).
 - :mod:`hub.receipts.cli`: ``receipts classify`` and ``receipts import``.
-- :mod:`hub.receipts.bench`: the classification benchmark.
+
+Their benchmarks live with the others, in :mod:`hub.bench.receipts` (product code never
+imports :mod:`hub.bench`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.receipts.bench import generate, main
+from hub.bench.receipts import generate, main
 from hub.receipts.classify import classify
 from hub.receipts.model import iter_ndjson
 
@@ -45,7 +45,7 @@ def test_bench_quick_prints_positive_figures(capsys: pytest.CaptureFixture[str])
 
 def test_bench_runs_as_a_module() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "hub.receipts.bench", "--records", "300"],
+        [sys.executable, "-m", "hub.bench.receipts", "--records", "300"],
         cwd=ROOT,
         capture_output=True,
         text=True,

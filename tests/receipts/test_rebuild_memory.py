@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hub.bench.receipts_board import RECORDS_PER_OPERATION, TENANT, generate
 from hub.receipts import tail as tail_module
-from hub.receipts.bench_board import RECORDS_PER_OPERATION, TENANT, generate
 from hub.receipts.model import Record
 from hub.receipts.store import SqliteReceiptStore
 from hub.server.app import HubServer

@@ -1,6 +1,6 @@
 """Benchmark: parse and classify N synthetic receipts from an NDJSON file.
 
-``python -m hub.receipts.bench [--records N] [--seed S]`` writes N receipts (default 1,000,000)
+``python -m hub.bench.receipts [--records N] [--seed S]`` writes N receipts (default 1,000,000)
 to a temporary NDJSON file, in realistic lifecycles (verified, failed outcome, orphaned and
 redispatched, waiting, working, stuck, and a few contradictory ones), shuffled within blocks so
 records arrive out of order. Then it times, in this process: parsing and validating every line
@@ -11,7 +11,7 @@ last line gives a yardstick (``json.loads`` of one receipt line) and the load, f
 machines.
 
 ``... board [--operations N] [--store sqlite|redis|both]`` measures the live operator board on
-a real hub node instead (:mod:`hub.receipts.bench_board`).
+a real hub node instead (:mod:`hub.bench.receipts_board`).
 """
 
 from __future__ import annotations
@@ -161,10 +161,10 @@ def _maxrss_mb() -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is not None and list(argv[:1]) == ["board"]:
-        from hub.receipts.bench_board import main as board_main
+        from hub.bench.receipts_board import main as board_main
 
         return board_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m hub.receipts.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m hub.bench.receipts", description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000, help="default 1,000,000")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)

@@ -12,7 +12,9 @@ Then, one after the other, a few seconds apart: SIGKILL of node B, its restart (
 Redis crash with 1 s down, one with 10 s down while new consumers join, bus loss on node C,
 every pub/sub connection killed in Redis (``CLIENT KILL TYPE pubsub``), consumers that stop
 reading, SIGTERM (drain) of the agent's node A and its restart, and a reconnect storm of every
-consumer at once. Then the agent stops, and the run is judged:
+consumer at once. Then faults that overlap, as production has them, each inside a Redis outage
+longer than the clients' retries: node B drained, node C killed, and every consumer
+reconnecting at once. Then the agent stops, and the run is judged:
 
 - every consumer's copy against the hub's state (``GET /v1/threads/{id}``), by digest;
 - every frame the hub acknowledged against that state (lost: acknowledged, not in it);
@@ -62,6 +64,9 @@ class Plan:
     loss_seconds: float = 5.0
     stall_seconds: float = 8.0  # under the nodes' --slow-timeout (10 s)
     settle: float = 30.0  # seconds the end may take to settle
+    #: Overlapping faults: Redis down this long while a node drains, a node is killed, or
+    #: every consumer reconnects at once (a failover, longer than the clients' retries).
+    overlap_outage: float = 15.0
 
 
 FULL = Plan("full")
@@ -76,6 +81,7 @@ QUICK = Plan(
     long_outage=3.0,
     loss_seconds=2.0,
     stall_seconds=3.0,
+    overlap_outage=3.0,
 )
 
 
@@ -264,6 +270,46 @@ class _Run:
             self.fault("reconnect storm (every consumer at once)", t)
             self.faults[-1].repaired = t
 
+        # -- faults that overlap (production has them together) -------------------------
+
+        async def outage(during: Callable[[], Awaitable[str]], name: str) -> None:
+            """Redis down for ``overlap_outage`` seconds with ``during`` a third of the way
+            in; the fault is repaired once Redis is back and ``after`` (if any) is done."""
+            t = time.monotonic()
+            self.sample()
+            await asyncio.to_thread(self.redis.kill)
+            await asyncio.sleep(plan.overlap_outage / 3)
+            note = await during()
+            await asyncio.sleep(max(0.0, t + plan.overlap_outage - time.monotonic()))
+            await asyncio.to_thread(self.redis.start)
+            self.fault(f"{name}, Redis down {plan.overlap_outage:g} s", t, note)
+
+        async def drain_b_during() -> str:
+            started = time.monotonic()
+            await asyncio.to_thread(b.terminate)
+            return f"node B drained in {time.monotonic() - started:.1f} s with its store down"
+
+        async def drain_in_outage() -> None:
+            await outage(drain_b_during, "SIGTERM (drain) of node B while Redis is down")
+            await asyncio.to_thread(b.start)
+            self.faults[-1].repaired = time.monotonic()
+
+        async def kill_c_during() -> str:
+            await asyncio.to_thread(c.kill)
+            return "node C killed (SIGKILL) during the outage"
+
+        async def kill_in_outage() -> None:
+            await outage(kill_c_during, "SIGKILL of node C while Redis is down")
+            await asyncio.to_thread(c.start)
+            self.faults[-1].repaired = time.monotonic()
+
+        async def storm_during() -> str:
+            await self.ask_all(cmd="storm")
+            return "every consumer reconnected while Redis was down"
+
+        async def storm_in_failover() -> None:
+            await outage(storm_during, "reconnect storm during a Redis failover")
+
         steps: list[Callable[[], Awaitable[None]]] = [
             kill_b,
             restart_b,
@@ -275,6 +321,9 @@ class _Run:
             drain_a,
             restart_a,
             storm,
+            drain_in_outage,
+            kill_in_outage,
+            storm_in_failover,
         ]
         for step in steps:
             await then(step)

@@ -33,6 +33,9 @@ async def test_every_fault_of_the_schedule_leaves_every_consumer_in_sync_and_los
         "SIGTERM",
         "node A restarted",
         "reconnect storm",
+        "SIGTERM",
+        "SIGKILL of node C while Redis is down, Redis down 3 s",
+        "reconnect storm during a Redis failover, Redis down 3 s",
     ]
     assert result.consumers == chaos.QUICK.consumers + chaos.QUICK.joiners
     assert result.diverged == 0, result.examples

@@ -91,6 +91,14 @@ producer_events = st.one_of(
         st.text(min_size=1, max_size=3),
     ),
     st.builds(
+        lambda i, d: {"type": "REASONING_MESSAGE_CHUNK", "messageId": i, "delta": d},
+        st.sampled_from(["r" + i for i in IDS]),
+        st.text(min_size=1, max_size=3),
+    ),
+    st.builds(
+        lambda d: {"type": "REASONING_MESSAGE_CHUNK", "delta": d}, st.text(min_size=1, max_size=3)
+    ),
+    st.builds(
         lambda i: {
             "type": "TOOL_CALL_START",
             "toolCallId": i,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from hub.core.streaming import STREAMING, Event, Streaming
+from hub.core.streaming import CHUNK_OF, STREAMING, Event, Streaming
 from hub.core.thread import Thread
 
 #: Why a consumer gets a snapshot. Every one is counted in metrics.
@@ -136,7 +136,7 @@ def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:
         if key == thread.chunked:
             # Re-open a chunk stream as a chunk, so the live chunks that follow continue it.
             chunk = {k: v for k, v in start.items() if k not in ("type", "metadata")}
-            chunk["type"] = "TEXT_MESSAGE_CHUNK" if key.startswith("text:") else "TOOL_CALL_CHUNK"
+            chunk["type"] = CHUNK_OF[key.split(":", 1)[0]]
             if content:
                 chunk["delta"] = content
             frames.append(chunk)

@@ -17,9 +17,10 @@ The rules, as the hub's thread applies them:
 
 - a start event opens its item (``text:ID``, ``tool:ID``, ``reasoning:ID``, ``phase:ID``,
   ``step:NAME``), its end event closes it;
-- ``TEXT_MESSAGE_CHUNK`` / ``TOOL_CALL_CHUNK`` stream into one item, the *chunked* one: a chunk
-  naming another item closes the chunked item and opens the one it names (or re-opens it); a
-  chunk without an id continues the chunked item;
+- ``TEXT_MESSAGE_CHUNK`` / ``REASONING_MESSAGE_CHUNK`` / ``TOOL_CALL_CHUNK`` stream into one
+  item, the *chunked* one: a chunk naming another item closes the chunked item and opens the one
+  it names (or re-opens it); a chunk without an id continues the chunked item (of its own kind:
+  a reasoning chunk without an id does not continue a text message);
 - any other event closes the chunked item: a chunk stream ends at the next event that is not a
   chunk;
 - the end of the run (``RUN_FINISHED``, ``RUN_ERROR``) closes everything.
@@ -50,7 +51,13 @@ BY_START = {spec[0]: kind for kind, spec in STREAMING.items()}
 BY_CONTENT = {spec[1]: kind for kind, spec in STREAMING.items() if spec[1]}
 BY_END = {spec[2]: kind for kind, spec in STREAMING.items()}
 #: Chunk events -> (kind of item, id field).
-CHUNKS = {"TEXT_MESSAGE_CHUNK": ("text", "messageId"), "TOOL_CALL_CHUNK": ("tool", "toolCallId")}
+CHUNKS = {
+    "TEXT_MESSAGE_CHUNK": ("text", "messageId"),
+    "REASONING_MESSAGE_CHUNK": ("reasoning", "messageId"),
+    "TOOL_CALL_CHUNK": ("tool", "toolCallId"),
+}
+#: Kind of item -> the chunk event that streams into it.
+CHUNK_OF = {kind: chunk for chunk, (kind, _) in CHUNKS.items()}
 
 
 def item_key(kind: str, item_id: str) -> str:

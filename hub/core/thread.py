@@ -296,22 +296,34 @@ class Thread:
         self.streaming.end(self._require_open(kind, event[STREAMING[kind][3]]))
         return event
 
-    def _on_text_message_chunk(self, event: Event) -> Event:
+    def _message_chunk(self, event: Event) -> Event:
+        """TEXT_MESSAGE_CHUNK and REASONING_MESSAGE_CHUNK, folded as the official client folds
+        them (it turns chunks into start, content and end events): a chunk naming a message
+        that is not the chunked one closes the chunked item and opens its message (a held id
+        is continued, as a start continues it); its delta is appended; a chunk without a
+        messageId continues the chunked message of its own kind."""
+        kind = CHUNKS[event["type"]][0]
+        prefix = f"{kind}:"
         current = self.streaming.chunked
         message_id = event.get("messageId")
-        key = item_key("text", message_id) if message_id else current
-        if key is None or not key.startswith("text:"):
-            raise InvalidSequence("TEXT_MESSAGE_CHUNK without a messageId starts nothing")
+        key = item_key(kind, message_id) if message_id else current
+        if key is None or not key.startswith(prefix):
+            raise InvalidSequence(f"{event['type']} without a messageId starts nothing")
+        message_id = key[len(prefix) :]
         if key != current or key not in self.streaming.open:
             if key != current:  # check before changing anything: atomic
-                self._require_closed("text", key[5:])
-            start = {"type": "TEXT_MESSAGE_START", "messageId": key[5:]}
-            start["role"] = event.get("role") or "assistant"
-            self.messages.start_text(key[5:], start["role"])
+                self._require_closed(kind, message_id)
+            start: Event = {"type": STREAMING[kind][0], "messageId": message_id}
+            if kind == "text":
+                start["role"] = event.get("role") or "assistant"
+            self.messages.start_text(message_id, start.get("role", "reasoning"))
             self.streaming.chunk(key, start)
         if event.get("delta"):
-            self.messages.append_text(key[5:], event["delta"])
+            self.messages.append_text(message_id, event["delta"])
         return event
+
+    _on_text_message_chunk = _message_chunk
+    _on_reasoning_message_chunk = _message_chunk
 
     def _on_tool_call_start(self, event: Event) -> Event:
         self._require_closed("tool", event["toolCallId"])

@@ -72,6 +72,8 @@ def a_run(thread_id: str, run_id: str = "r1") -> list[Any]:
         },
         {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m2", "role": "assistant", "delta": "chunk"},
         {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m2", "delta": "ed text"},
+        {"type": "REASONING_MESSAGE_CHUNK", "messageId": "think1", "delta": "weighing "},
+        {"type": "REASONING_MESSAGE_CHUNK", "delta": "the options"},
         {"type": "TOOL_CALL_CHUNK", "toolCallId": "tc2", "toolCallName": "save", "delta": "{}"},
         {
             "type": "STATE_DELTA",
@@ -112,7 +114,18 @@ async def test_a_watching_and_a_late_consumer_end_with_the_hubs_state_and_messag
             assert late.snapshots == 1 and late.resyncs == {}
     assert early.resyncs == {} and early.errors == []
     roles = [m["role"] for m in early.messages]
-    assert roles == ["user", "reasoning", "assistant", "tool", "activity", "assistant", "assistant"]
+    assert roles == [
+        "user",
+        "reasoning",
+        "assistant",
+        "tool",
+        "activity",
+        "assistant",
+        "reasoning",  # from REASONING_MESSAGE_CHUNKs
+        "assistant",
+    ]
+    (reasoned,) = [m for m in early.messages if m["id"] == "think1"]
+    assert reasoned["content"] == "weighing the options"
     assert early.state["doc"]["sections"][0]["body"] == "Hello world"
 
 

@@ -128,6 +128,37 @@ def test_a_chunk_stream_is_reopened_as_a_chunk_so_live_chunks_continue_it() -> N
     assert frames[-1]["messageId"] == "c" and frames[-1]["delta"] == "one "
 
 
+def test_a_reasoning_chunk_stream_is_reopened_as_a_reasoning_chunk() -> None:
+    thread = Thread("t", "e")
+    for event in [
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "REASONING_MESSAGE_CHUNK", "messageId": "done", "delta": "ended"},
+        {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/n", "value": 1}]},
+        {"type": "REASONING_MESSAGE_CHUNK", "messageId": "live", "delta": "so "},
+        {"type": "REASONING_MESSAGE_CHUNK", "delta": "far"},
+    ]:
+        assert thread.publish(event).error is None
+    frames = sync_frames(thread, ConsumerView())
+    assert types(frames) == [
+        "RUN_STARTED",
+        "STATE_SNAPSHOT",
+        "MESSAGES_SNAPSHOT",
+        "REASONING_MESSAGE_CHUNK",
+    ]
+    # the ended message is in the snapshot with its text; the streaming one keeps its place,
+    # and the re-opening chunk (which the live chunks continue) carries its text so far
+    assert frames[2]["messages"] == [
+        {"id": "done", "role": "reasoning", "content": "ended"},
+        {"id": "live", "role": "reasoning", "content": ""},
+    ]
+    chunk = {k: v for k, v in frames[3].items() if k != "metadata"}
+    assert chunk == {"type": "REASONING_MESSAGE_CHUNK", "messageId": "live", "delta": "so far"}
+    view = ConsumerView()
+    for frame in frames:
+        view.follow_repair(frame)
+    assert (list(view.open), view.chunked) == (["reasoning:live"], "reasoning:live")
+
+
 def test_finished_tool_calls_of_a_streaming_message_survive_a_join() -> None:
     thread = Thread("t", "e")
     for event in [

@@ -57,6 +57,17 @@ def test_a_chunk_naming_another_item_closes_the_chunked_one() -> None:
     assert (list(streaming.open), streaming.chunked) == (["tool:c"], "tool:c")
 
 
+def test_reasoning_chunks_stream_into_the_chunked_item_as_text_chunks_do() -> None:
+    streaming = followed(run_started(), {"type": "REASONING_MESSAGE_CHUNK", "messageId": "r"})
+    streaming.follow({"type": "REASONING_MESSAGE_CHUNK", "delta": "continues r"})
+    assert (list(streaming.open), streaming.chunked) == (["reasoning:r"], "reasoning:r")
+    streaming.follow({"type": "TEXT_MESSAGE_CHUNK", "messageId": "r"})
+    assert (list(streaming.open), streaming.chunked) == (["text:r"], "text:r")
+    streaming.follow({"type": "REASONING_MESSAGE_CHUNK", "messageId": "r"})
+    streaming.follow({"type": "REASONING_END", "messageId": "p"})
+    assert (list(streaming.open), streaming.chunked) == ([], None)
+
+
 def test_the_end_of_the_run_closes_everything() -> None:
     streaming = followed(
         run_started(),
@@ -100,6 +111,10 @@ EVENTS = st.one_of(
     st.builds(lambda i: {"type": "TEXT_MESSAGE_CHUNK", "messageId": i, "delta": "."}, IDS),
     st.just({"type": "TEXT_MESSAGE_CHUNK", "delta": "."}),
     st.builds(lambda i: {"type": "TOOL_CALL_CHUNK", "toolCallId": i, "toolCallName": "f"}, IDS),
+    st.builds(lambda i: {"type": "REASONING_MESSAGE_START", "messageId": i}, IDS),
+    st.builds(lambda i: {"type": "REASONING_MESSAGE_END", "messageId": i}, IDS),
+    st.builds(lambda i: {"type": "REASONING_MESSAGE_CHUNK", "messageId": i, "delta": "."}, IDS),
+    st.just({"type": "REASONING_MESSAGE_CHUNK", "delta": "."}),
     st.builds(lambda i: {"type": "TOOL_CALL_START", "toolCallId": i, "toolCallName": "f"}, IDS),
     st.builds(lambda i: {"type": "TOOL_CALL_END", "toolCallId": i}, IDS),
     st.builds(lambda i: {"type": "STEP_STARTED", "stepName": i}, IDS),

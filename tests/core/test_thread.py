@@ -121,6 +121,103 @@ def test_chunks_open_a_message_and_the_next_other_event_closes_it(thread: Thread
     assert thread.messages.get("c") == {"id": "c", "role": "assistant", "content": "ab"}
 
 
+#: REASONING_MESSAGE_CHUNK events, and the messages the official client (@ag-ui/client 1.0)
+#: folds them into: a chunk naming a message opens it (a held id is continued), one without
+#: a messageId continues the chunked one, and any other event (a text chunk too) closes it.
+REASONING_CHUNKS: list[dict[str, Any]] = [
+    {"type": "REASONING_START", "messageId": "phase"},
+    {"type": "REASONING_MESSAGE_CHUNK", "messageId": "r1", "delta": "Think "},
+    {"type": "REASONING_MESSAGE_CHUNK", "delta": "hard."},
+    {"type": "REASONING_MESSAGE_CHUNK", "messageId": "r2", "delta": "Second"},
+    {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m", "delta": "answer"},
+    {"type": "REASONING_MESSAGE_CHUNK", "messageId": "r1", "delta": " again"},
+    {"type": "REASONING_MESSAGE_CHUNK", "messageId": "r3"},
+    {"type": "STATE_SNAPSHOT", "snapshot": {}},
+    {"type": "REASONING_END", "messageId": "phase"},
+]
+OFFICIAL_MESSAGES = [
+    {"id": "r1", "role": "reasoning", "content": "Think hard. again"},
+    {"id": "r2", "role": "reasoning", "content": "Second"},
+    {"id": "m", "role": "assistant", "content": "answer"},
+    {"id": "r3", "role": "reasoning", "content": ""},
+]
+
+
+def test_reasoning_chunks_fold_into_reasoning_messages(thread: Thread) -> None:
+    thread.publish(run_started())
+    for event in REASONING_CHUNKS:
+        assert thread.publish(event).error is None, event
+    assert thread.publish({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"}).error is None
+    assert thread.view()["messages"] == OFFICIAL_MESSAGES
+    assert thread.open == {} and thread.chunked is None
+
+
+def test_a_reasoning_chunk_stream_ends_at_the_next_event_that_is_not_a_chunk(
+    thread: Thread,
+) -> None:
+    thread.publish(run_started())
+    thread.publish({"type": "REASONING_MESSAGE_CHUNK", "messageId": "r", "delta": "a"})
+    thread.publish({"type": "REASONING_MESSAGE_CHUNK", "delta": "b"})
+    assert (list(thread.open), thread.chunked) == (["reasoning:r"], "reasoning:r")
+    assert thread.open["reasoning:r"] == {"type": "REASONING_MESSAGE_START", "messageId": "r"}
+    thread.publish(delta({"op": "add", "path": "/k", "value": 1}))
+    assert (list(thread.open), thread.chunked) == ([], None)
+    # content for a chunk stream that ended has nowhere to go, as in the official client
+    outcome = thread.publish({"type": "REASONING_MESSAGE_CONTENT", "messageId": "r", "delta": "!"})
+    assert outcome.error is not None and outcome.error.code == "invalid_sequence"
+    assert thread.view()["messages"] == [{"id": "r", "role": "reasoning", "content": "ab"}]
+
+
+def test_a_reasoning_chunk_continues_a_reasoning_message_that_ended(thread: Thread) -> None:
+    thread.publish(run_started())
+    for event in [
+        {"type": "REASONING_MESSAGE_START", "messageId": "r", "role": "reasoning"},
+        {"type": "REASONING_MESSAGE_CONTENT", "messageId": "r", "delta": "started"},
+        {"type": "REASONING_MESSAGE_END", "messageId": "r"},
+        {"type": "REASONING_MESSAGE_CHUNK", "messageId": "r", "delta": " chunked"},
+    ]:
+        assert thread.publish(event).error is None, event
+    assert thread.view()["messages"] == [
+        {"id": "r", "role": "reasoning", "content": "started chunked"}
+    ]
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        # nothing is chunked: a chunk without a messageId starts nothing
+        [],
+        # a text chunk stream is not continued by a reasoning chunk without a messageId
+        [{"type": "TEXT_MESSAGE_CHUNK", "messageId": "m", "delta": "x"}],
+        # the official client would start a message already in progress
+        [{"type": "REASONING_MESSAGE_START", "messageId": "r", "role": "reasoning"}],
+    ],
+)
+def test_reasoning_chunks_the_official_client_rejects_are_rejected_atomically(
+    thread: Thread, before: list[dict[str, Any]]
+) -> None:
+    thread.publish(run_started())
+    for event in before:
+        assert thread.publish(event).error is None
+    held = copy.deepcopy((thread.view(), thread.open, thread.chunked))
+    chunk = {"type": "REASONING_MESSAGE_CHUNK", "delta": "y"}
+    if before and before[0]["type"] == "REASONING_MESSAGE_START":
+        chunk["messageId"] = "r"
+    outcome = thread.publish(chunk)
+    assert outcome.error is not None and outcome.error.code == "invalid_sequence"
+    assert (thread.view(), thread.open, thread.chunked) == held
+
+
+def test_a_reasoning_chunk_stream_survives_a_record_round_trip(thread: Thread) -> None:
+    thread.publish(run_started())
+    thread.publish({"type": "REASONING_MESSAGE_CHUNK", "messageId": "r", "delta": "a"})
+    rebuilt = Thread.from_record(copy.deepcopy(thread.to_record()))
+    for copy_ in (thread, rebuilt):
+        assert copy_.publish({"type": "REASONING_MESSAGE_CHUNK", "delta": "b"}).error is None
+    assert rebuilt.view()["messages"] == thread.view()["messages"]
+    assert thread.view()["messages"] == [{"id": "r", "role": "reasoning", "content": "ab"}]
+
+
 def test_hub_names_are_reserved_for_custom_events(thread: Thread) -> None:
     outcome = thread.publish({"type": "CUSTOM", "name": "hub.welcome", "value": 1})
     assert outcome.error is not None and outcome.error.code == "invalid_event"

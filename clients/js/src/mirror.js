@@ -38,6 +38,7 @@ const STARTS = new Map(Object.entries(STREAMING).map(([kind, spec]) => [spec[0],
 const ENDS = new Map(Object.entries(STREAMING).map(([kind, spec]) => [spec[2], kind]));
 const CHUNKS = {
   TEXT_MESSAGE_CHUNK: ["text", "messageId"],
+  REASONING_MESSAGE_CHUNK: ["reasoning", "messageId"],
   TOOL_CALL_CHUNK: ["tool", "toolCallId"],
 };
 /** Events that change the state, and events that change the messages. */
@@ -49,6 +50,7 @@ export const MESSAGE_EVENTS = new Set([
   "TEXT_MESSAGE_CHUNK",
   "REASONING_MESSAGE_START",
   "REASONING_MESSAGE_CONTENT",
+  "REASONING_MESSAGE_CHUNK",
   "TOOL_CALL_START",
   "TOOL_CALL_ARGS",
   "TOOL_CALL_CHUNK",
@@ -369,6 +371,9 @@ export class Mirror {
       case "TEXT_MESSAGE_CHUNK":
         this._textChunk(event, sync);
         return;
+      case "REASONING_MESSAGE_CHUNK":
+        this._textChunk(event, sync, "reasoning");
+        return;
       case "TOOL_CALL_CHUNK":
         this._toolChunk(event, sync);
         return;
@@ -472,9 +477,10 @@ export class Mirror {
     return [key.slice(item.length + 1), sync || key !== this._chunked];
   }
 
-  _textChunk(event, sync) {
-    const [id, start] = this._chunkTarget("text", event.messageId, sync);
-    if (start) this.messages.startText(id, event.role || "assistant");
+  /** TEXT_MESSAGE_CHUNK, and REASONING_MESSAGE_CHUNK (item "reasoning"). */
+  _textChunk(event, sync, item = "text") {
+    const [id, start] = this._chunkTarget(item, event.messageId, sync);
+    if (start) this.messages.startText(id, item === "reasoning" ? "reasoning" : event.role || "assistant");
     else if (this.messages.get(id) === undefined) throw new LocalFailure(`no message '${id}'`);
     if (event.delta) this.messages.appendText(id, event.delta);
   }

@@ -61,6 +61,8 @@ RUN: list[Event] = [
     {"type": "TEXT_MESSAGE_CHUNK", "delta": "two"},
     {"type": "TOOL_CALL_CHUNK", "toolCallId": "c2", "toolCallName": "g", "delta": "{"},
     {"type": "TOOL_CALL_CHUNK", "delta": "}"},
+    {"type": "REASONING_MESSAGE_CHUNK", "messageId": "th2", "delta": "hm"},
+    {"type": "REASONING_MESSAGE_CHUNK", "delta": "m"},
     {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m3", "delta": "three"},
     {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/items/-", "value": {"id": 2}}]},
     {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m3", "delta": "restarted"},

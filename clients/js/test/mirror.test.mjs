@@ -323,7 +323,7 @@ describe("against the hub's own core", { skip: oracleMissing }, () => {
   const data = oracleMissing ? { joins: [], scenarios: [] } : oracle();
 
   test("a copy that joins anywhere in a run ends with the thread's state and messages", () => {
-    assert.equal(data.joins.length, 25);
+    assert.equal(data.joins.length, 27);
     for (const { cut, frames, end } of data.joins) {
       const mirror = new Mirror();
       mirror.connected(false);

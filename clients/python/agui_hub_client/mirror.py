@@ -20,9 +20,9 @@ The rules (the hub's consumer contract):
   the hub sends a snapshot, and live events are ignored until it arrives.
 
 - Streaming items are followed with the hub's own rules (``hub.core.streaming``), as the hub
-  follows what it sent this consumer, so chunk events (``TEXT_MESSAGE_CHUNK``/
-  ``TOOL_CALL_CHUNK``) continue or restart a message exactly as the hub's thread does, across
-  repairs too (best effort after a real loss of events).
+  follows what it sent this consumer, so chunk events (``TEXT_MESSAGE_CHUNK``,
+  ``REASONING_MESSAGE_CHUNK``, ``TOOL_CALL_CHUNK``) continue or restart a message exactly as
+  the hub's thread does, across repairs too (best effort after a real loss of events).
 
 State and messages are applied with the hub's own code (``hub.core.patch`` and
 ``hub.core.messages``), so a copy that followed the stream holds exactly what the hub holds.
@@ -318,6 +318,8 @@ class Mirror:
             messages.activity_delta(event["messageId"], event["activityType"], event["patch"])
         elif kind == "TEXT_MESSAGE_CHUNK":
             self._text_chunk(event, sync)
+        elif kind == "REASONING_MESSAGE_CHUNK":
+            self._text_chunk(event, sync, item="reasoning")
         elif kind == "TOOL_CALL_CHUNK":
             self._tool_chunk(event, sync)
 
@@ -343,11 +345,13 @@ class Mirror:
             raise KeyError(f"a {item} chunk without an id continues nothing")
         return key, sync or key != self.streaming.chunked
 
-    def _text_chunk(self, event: Event, sync: bool) -> None:
-        key, start = self._chunk_target("text", event.get("messageId"), sync)
+    def _text_chunk(self, event: Event, sync: bool, item: str = "text") -> None:
+        """TEXT_MESSAGE_CHUNK, and REASONING_MESSAGE_CHUNK (``item="reasoning"``)."""
+        key, start = self._chunk_target(item, event.get("messageId"), sync)
         message_id = key.split(":", 1)[1]
         if start:
-            self.messages.start_text(message_id, event.get("role") or "assistant")
+            role = "reasoning" if item == "reasoning" else event.get("role") or "assistant"
+            self.messages.start_text(message_id, role)
         elif self.messages.get(message_id) is None:
             raise KeyError(f"no message {message_id!r}")
         if event.get("delta"):

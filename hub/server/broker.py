@@ -18,6 +18,15 @@ it: once every :data:`ANNOUNCE_EVERY` seconds a node that appended says, in one 
 for all of them, where the threads it appended to stand (:meth:`Bus.announce`); a node whose
 copy of one of them is behind that head fills it from the log. So a quiet thread costs no
 command and no timer, whatever the number of loaded threads.
+
+The bus reader is supervised: if it fails (a bus message it cannot take, a bug in a callback),
+the failure is logged once (with its traceback; again only after the reader has run
+:data:`RESTART_RESET` seconds without failing), counted (``agui_hub_bus_reader_restarts_total``),
+and the reader is started again after a backoff (:data:`RESTART_MIN` doubling up to
+:data:`RESTART_MAX`, jittered). It starts again as after a lost bus: a new subscription, then
+every loaded thread is caught up from the store, and consumers the log cannot prove complete
+get a snapshot (``broker_reconnect``). While it is down the node is not ready (:attr:`ready`,
+consulted by ``/readyz``): it hears nothing from the other nodes.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -41,6 +51,12 @@ log = logging.getLogger("agui_hub.shared")
 
 #: Seconds between a node's announcements of the heads it appended (at most one message each).
 ANNOUNCE_EVERY = 1.0
+#: Seconds before the bus reader is started again after it failed: doubling from the first to
+#: the last while it keeps failing (each jittered by 0.5-1.5x)...
+RESTART_MIN = 0.1
+RESTART_MAX = 5.0
+#: ...until it has run this many seconds without failing (then a failure is logged again).
+RESTART_RESET = 30.0
 
 
 class Broker:
@@ -74,6 +90,11 @@ class Broker:
         """Threads this node listens to."""
         return 0
 
+    @property
+    def ready(self) -> bool:
+        """The node hears the other nodes (``/readyz``): its bus reader is running."""
+        return True
+
 
 class LocalBroker(Broker):
     """A node-local store: the node is the only writer, there is nobody to hear."""
@@ -106,6 +127,8 @@ class SharedBroker(Broker):
         self.bus = store.bus()
         self._following: dict[Channel, _Following] = {}
         self._task: asyncio.Task[None] | None = None
+        #: The bus reader is running (not waiting to be started again after a failure).
+        self._reading = False
         self._announcer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         #: The heads of the threads this node appended to since its last announcement.
@@ -127,8 +150,7 @@ class SharedBroker(Broker):
         if self.bus is not None:
             metrics = self.metrics
             self.bus.lag = lambda seconds: metrics.observe("agui_hub_bus_lag_seconds", seconds)
-            bus = self.bus.run(self.deliver, self.reconnected, self.heads)
-            self._task = asyncio.create_task(bus, name="bus")
+            self._task = asyncio.create_task(self._read(), name="bus")
             self._announcer = asyncio.create_task(self._announce(), name="announcer")
 
     async def close(self) -> None:
@@ -137,6 +159,45 @@ class SharedBroker(Broker):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    @property
+    def ready(self) -> bool:
+        task = self._task
+        return self.bus is None or (self._reading and task is not None and not task.done())
+
+    async def _read(self) -> None:
+        """Run the bus reader, and run it again whenever it fails (see the module's docstring)."""
+        assert self.bus is not None
+        loop = asyncio.get_running_loop()
+        delay = RESTART_MIN
+        logged = False
+        while True:
+            started = loop.time()
+            self._reading = True
+            failure: Exception
+            try:
+                await self.bus.run(self.deliver, self.reconnected, self.heads)
+            except Exception as exc:
+                failure = exc
+            else:
+                failure = RuntimeError("the bus reader returned")  # it runs until cancelled
+            self._reading = False
+            if loop.time() - started >= RESTART_RESET:
+                delay, logged = RESTART_MIN, False  # it had run well: a failure of its own
+            self.metrics.inc("agui_hub_bus_reader_restarts_total")
+            pause = delay * random.uniform(0.5, 1.5)  # jitter: nodes fed the same garbage
+            if not logged:
+                log.error(
+                    "the bus reader failed; restarting it in %.2f s, then catching up every "
+                    "thread from the store",
+                    pause,
+                    exc_info=failure,
+                )
+                logged = True
+            else:
+                log.debug("the bus reader failed again (%r); restarting it", failure)
+            await asyncio.sleep(pause)
+            delay = min(delay * 2, RESTART_MAX)
 
     async def _announce(self) -> None:
         """Once every ``ANNOUNCE_EVERY`` seconds, the heads appended since, in one message."""

@@ -45,6 +45,13 @@ COUNTERS = {
     "agui_hub_bus_reconnects_total": "Reconnections of the node's bus subscription.",
     "agui_hub_append_failures_total": "Store appends that failed (in doubt, retried).",
     "agui_hub_append_conflicts_total": "Store appends that lost a race to another node.",
+    "agui_hub_store_write_failures_total": (
+        "Store writes of the node's persister that failed, by kind: transient (each attempt, "
+        "retried) or permanent (the thread is no longer stored on this node)."
+    ),
+    "agui_hub_bus_reader_restarts_total": (
+        "Restarts of the node's bus reader after it failed (each followed by a catch-up)."
+    ),
 }
 
 #: Histograms: HELP text and bucket upper bounds (seconds), by name.

@@ -13,6 +13,23 @@ Every change to a thread is *submitted* and answered by a future (see :meth:`Per
 Both keep each thread's record (its state and messages at a position) up to date in the store
 from time to time, through the same queue: every ``compact_every`` events, or
 ``compact_seconds`` after the last change.
+
+A write the store fails is retried, with backoff, while the failure is *transient* (the store
+is unreachable, busy or slow: see :func:`hub.store.base.transient`); the queue waits, so the
+agents slow down, and ``/readyz`` says not ready until the store takes a write again. A
+*permanent* failure (a value the store cannot take) fails that thread only, at once, and the
+writes of the other threads go on. It is logged once and counted
+(``agui_hub_store_write_failures_total{kind="permanent"}``; transient attempts count as
+``kind="transient"``), and from then on the node stores nothing more of that thread: the store
+keeps what it held before the failure, a consistent prefix of the thread, and never a log
+with a hole in it. On this node the thread stays loaded as it is (what its consumers hold is
+not taken back), its ``persisted_seq`` stays where the store stands, so its agents are never
+acknowledged for events the store does not hold, and it is not unloaded while the store is
+behind it. On a node-local store every later change to it is refused ``unavailable``
+(an agent gets an error frame for each such frame). A thread whose failed write was only its
+record (its log is complete) may be unloaded as usual, and then loads again from the store. On
+a shared store the writers commit the events (:mod:`hub.server.writer`); only the thread's
+records stop.
 """
 
 from __future__ import annotations
@@ -25,7 +42,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from hub.core.thread import Event, Outcome
-from hub.errors import HubInternalError
+from hub.errors import HubInternalError, Unavailable
 from hub.server.channel import Channel
 from hub.server.config import Config
 from hub.server.metrics import Metrics
@@ -33,9 +50,14 @@ from hub.server.node import Change, Node, StoreHealth, apply_change
 from hub.server.writer import Follower, ThreadWriter
 from hub.server.writes import WriteQueue
 from hub.store import Store
+from hub.store.base import transient
 from hub.wire.codec import pack
 
 log = logging.getLogger("agui_hub")
+
+#: Seconds between attempts at a write the store failed transiently: doubling up to the last.
+RETRY_MIN = 0.05
+RETRY_MAX = 2.0
 
 
 class Persistence(ABC):
@@ -52,6 +74,9 @@ class Persistence(ABC):
         self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
         #: Events per thread since its record was last queued for the store.
         self._unsaved: dict[Channel, int] = {}
+        #: Threads the store failed for good, by key: the node writes nothing more of them
+        #: (see the module's docstring).
+        self._failed: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
     @abstractmethod
@@ -67,8 +92,10 @@ class Persistence(ABC):
         return channel in self._unsaved
 
     def unloaded(self, channel: Channel) -> None:
-        """The thread was unloaded: forget what is kept about it."""
+        """The thread was unloaded: forget what is kept about it (a failed thread is unloaded
+        only when the store holds every event of it: it loads again from there)."""
         self._unsaved.pop(channel, None)
+        self._failed.discard(channel.key)
 
     @property
     def behind(self) -> bool:
@@ -93,7 +120,7 @@ class Persistence(ABC):
             self.compact(channel)
 
     def compact(self, channel: Channel) -> None:
-        if self._unsaved.pop(channel, 0):
+        if self._unsaved.pop(channel, 0) and channel.key not in self._failed:
             thread = channel.thread
             position = (thread.seq, thread.epoch)
             self._write(("record", channel.key, (pack(thread.to_record()), position)))
@@ -109,6 +136,13 @@ class Persistence(ABC):
         seconds of the store failing."""
         for channel in self.node.channels.values():
             self.compact(channel)
+            if channel.key in self._failed and channel.thread.seq > channel.persisted_seq:
+                log.error(
+                    "stopping with events %d-%d of thread %s not stored: the store failed them",
+                    channel.persisted_seq + 1,
+                    channel.thread.seq,
+                    channel.key,
+                )
         loop = asyncio.get_running_loop()
         start = loop.time()
         flushed = asyncio.ensure_future(self._writes.join())
@@ -142,7 +176,8 @@ class Persistence(ABC):
         async def drain() -> None:
             for tid, events in pending.items():
                 started = time.monotonic()
-                await self._retry(self.store.append, tid, events)
+                if not await self._retry(tid, self.store.append, tid, events):
+                    continue
                 self.metrics.observe("agui_hub_commit_seconds", time.monotonic() - started)
                 channel = self.node.channels.get(tid)
                 if channel is not None:
@@ -152,27 +187,52 @@ class Persistence(ABC):
             pending.clear()
 
         for kind, thread_id, payload in batch:
+            if thread_id in self._failed:
+                continue  # nothing after a failed write: the store keeps a prefix, no holes
             if kind == "append":
                 pending.setdefault(thread_id, []).extend(payload)
             else:
                 await drain()
-                await self._retry(self.store.save_record, thread_id, *payload)
+                await self._retry(thread_id, self.store.save_record, thread_id, *payload)
         await drain()
 
-    async def _retry(self, fn: Any, *args: Any) -> None:
-        delay = 0.05
-        while True:
+    async def _retry(self, thread_id: str, fn: Any, *args: Any) -> bool:
+        """``fn(*args)``, a write of ``thread_id``, until the store takes it: True. False if
+        the store failed it for good (or an earlier write of the thread): see :meth:`_fail`."""
+        delay = RETRY_MIN
+        while thread_id not in self._failed:
             try:
                 await fn(*args)
-            except Exception:
+            except Exception as exc:
+                if not transient(exc):
+                    self._fail(thread_id, exc)
+                    return False
+                self.metrics.inc("agui_hub_store_write_failures_total", kind="transient")
                 if self.health.ok:
                     log.exception("store write failed; retrying")
                 self.health.ok = False
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RETRY_MAX)
             else:
                 self.health.ok = True
-                return
+                return True
+        return False
+
+    def _fail(self, thread_id: str, exc: Exception) -> None:
+        """The store cannot take a write of the thread, ever: stop writing it (once)."""
+        channel = self.node.channels.get(thread_id)
+        stored = channel.persisted_seq if channel is not None else 0
+        self._failed.add(thread_id)
+        self.metrics.inc("agui_hub_store_write_failures_total", kind="permanent")
+        log.error(
+            "the store refused a write of thread %s for good (%s: %s); nothing more of it is "
+            "stored on this node, and its agents are not acknowledged past seq %d",
+            thread_id,
+            type(exc).__name__,
+            exc,
+            stored,
+            exc_info=exc,
+        )
 
 
 class LocalPersistence(Persistence):
@@ -195,9 +255,15 @@ class LocalPersistence(Persistence):
         self._applied_at: dict[Channel, float] = {}
 
     def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
-        """Never waits for the store: the future is done now, or on the loop's next turn."""
+        """Never waits for the store: the future is done now, or on the loop's next turn. A
+        thread the store failed for good takes no more changes (they could never be stored)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outcome] = loop.create_future()
+        if channel.key in self._failed:
+            future.set_result(
+                Outcome(error=Unavailable("the store cannot take this thread's events"))
+            )
+            return future
         pending = self._pending.get(channel)
         if pending is None:
             if loop.time() - self._applied_at.get(channel, -1.0) > self.BURST:

@@ -7,12 +7,14 @@ come from one writer at a time, in order.
 
 from __future__ import annotations
 
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hub.errors import Unavailable
 from hub.wire.codec import unpack
 
 Event = dict[str, Any]
@@ -189,7 +191,46 @@ class Bus(ABC):
         """Deliver every append as ``deliver(thread_id, events)`` and every other node's
         :meth:`announce` as ``heads(positions)``, until cancelled. When the connection was lost
         and is back (resubscribed), call ``reconnected()``: whatever was published meanwhile
-        is gone, and the node must catch up from the store."""
+        is gone, and the node must catch up from the store.
+
+        A message it cannot decode, or a callback's exception, ends it with that exception; the
+        caller runs it again (after a pause). A run after the first starts as after a lost
+        connection: resubscribed, then ``reconnected()``."""
+
+
+#: Redis errors that mean "not now" (redis-py's names; looked up only once redis is imported,
+#: so a hub on another store never imports it): the connection, a timeout, a server loading,
+#: failing over, out of memory or a cluster reconfiguring. Any other RedisError (a script's
+#: error, a value Redis refuses) is permanent.
+REDIS_TRANSIENT = (
+    "ConnectionError",  # with BusyLoadingError, AuthenticationError, MaxConnectionsError
+    "TimeoutError",
+    "ClusterDownError",  # with MasterDownError
+    "ClusterError",
+    "TryAgainError",
+    "ReadOnlyError",
+    "OutOfMemoryError",
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a store write that raised ``exc`` may succeed if it is tried again: the store
+    was unreachable, busy or slow (a connection error, a timeout, any ``OSError``, SQLite's
+    ``OperationalError`` such as "database is locked" or a full disk, the Redis errors of
+    :data:`REDIS_TRANSIENT`, :class:`~hub.errors.Unavailable`). Anything else is permanent:
+    the store cannot take that write, whatever the number of tries (a ``TypeError`` or
+    ``ValueError`` for a value it cannot encode, SQLite's ``IntegrityError`` or ``DataError``,
+    a Redis ``ResponseError``, :class:`~hub.errors.StoreConflict`, a bug)."""
+    if isinstance(exc, (OSError, TimeoutError, Unavailable)):
+        return True
+    sqlite = sys.modules.get("sqlite3")  # neither module is imported here for the question
+    if sqlite is not None and isinstance(exc, sqlite.OperationalError):
+        return True
+    redis_errors = sys.modules.get("redis.exceptions")
+    if redis_errors is not None:
+        kinds = tuple(getattr(redis_errors, name, None) for name in REDIS_TRANSIENT)
+        return isinstance(exc, tuple(k for k in kinds if isinstance(k, type)))
+    return False
 
 
 def seq_of(event: Event) -> int:

@@ -5,7 +5,9 @@ header (:data:`HEADER_BYTES`: the origin node, then when it was sent) and one ms
 the events. A node skips its own appends undecoded and measures the others' lag. On Redis
 Cluster the channels are shard channels (SSUBSCRIBE). redis-py reconnects a pub/sub
 connection silently; this bus notices, resubscribes and tells the node, which catches up from
-the store (whatever was published meanwhile is gone).
+the store (whatever was published meanwhile is gone). A message the reader cannot take (a
+peer's garbage, an old version's format) or a failing callback ends :meth:`RedisBus.run`; the
+node restarts it (see hub.server.broker), and it starts again as after a lost connection.
 
 Pub/sub is at most once, so a thread's last append can be lost with nothing after it to show
 the gap. Rather than every node asking the store about every quiet thread, each node that
@@ -87,6 +89,8 @@ class RedisBus(Bus):
         self._threads: dict[bytes, str] = {}
         self._connections = 0
         self._lost = False
+        #: run() was called before (a restart starts on a new connection).
+        self._ran = False
         self._heads = HEADS_CHANNEL.encode()
         self.pubsub = self._new_pubsub()
 
@@ -156,14 +160,24 @@ class RedisBus(Bus):
         reconnected: Callable[[], None],
         heads: Callable[[dict[str, Position]], None],
     ) -> None:
+        """See :meth:`Bus.run`. A message that does not decode, or a callback's exception,
+        ends it (the node's broker runs it again). Run again, it starts on a new pub/sub
+        connection, as after a lost one, and calls ``reconnected()`` once it listens."""
         delay = RECONNECT_MIN
-        # The heads channel is always listened to; the threads' channels as they are followed
-        # (on the same pub/sub connection: nothing subscribed meanwhile is dropped).
-        try:
-            await self._listen(HEADS_CHANNEL)
-            broken = False
-        except (RedisError, OSError):
-            broken = True  # Redis is down at start: the reconnect loop below takes over
+        restart, self._ran = self._ran, True
+        if restart:  # the last run failed half way: start afresh, then the node catches up
+            broken = not await self._resubscribe()
+            if not broken:
+                log.warning("the Redis bus reader restarted; catching up from the store")
+                reconnected()
+        else:
+            # The heads channel is always listened to; the threads' channels as they are
+            # followed (on the same pub/sub connection: nothing subscribed meanwhile is lost).
+            try:
+                await self._listen(HEADS_CHANNEL)
+                broken = False
+            except (RedisError, OSError):
+                broken = True  # Redis is down at start: the reconnect loop below takes over
         while True:
             if broken:
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: no herd

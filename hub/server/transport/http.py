@@ -62,7 +62,12 @@ class NodePages:
             return static
         if path == "/readyz":
             hub = self.hub
-            ready = not self.status.draining and hub.store_ok and await hub.store.ping()
+            ready = (
+                not self.status.draining
+                and hub.store_ok
+                and hub.broker.ready  # it hears the other nodes (its bus reader runs)
+                and await hub.store.ping()
+            )
             status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
             return text_response(status, "ready\n" if ready else "not ready\n")
         if path == "/metrics":

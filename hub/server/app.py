@@ -163,10 +163,21 @@ class HubServer:
             ]
             if others:
                 await asyncio.wait(others, timeout=self.config.drain_timeout)
-            await self.server.wait_closed()
+            # A connection's handler may still wait on the store (an agent's batch in doubt
+            # while Redis is down): not past the drain timeout. Closing the hub below settles
+            # or abandons what the store did not answer, and that lets those handlers end.
+            await self._wait_closed(self.config.drain_timeout)
         await self.upstream.close()  # its runs end before the store is flushed
         await self.receipts.close()
         await self.hub.close()
+        await self._wait_closed(self.config.drain_timeout)
+
+    async def _wait_closed(self, timeout: float) -> None:
+        if self.server is not None:
+            try:
+                await asyncio.wait_for(self.server.wait_closed(), timeout)
+            except TimeoutError:
+                log.warning("draining: connection handlers still busy after %.1f s", timeout)
 
     # -- dispatch -------------------------------------------------------------------------------
 

@@ -141,3 +141,32 @@ async def test_a_long_redis_outage_leaves_no_trace_of_refused_events_and_heals(
         assert await caught_up(c, "t", view["seq"]) == view
         assert a.metric("agui_hub_append_conflicts_total") == 0
         await agent.client.close()
+
+
+async def test_a_node_drained_while_redis_is_down_stops_within_its_drain_bounds(
+    aof_redis: RedisServer, start_hub: Callable[..., HubProcess]
+) -> None:
+    """SIGTERM while Redis is down and the node's agent has a batch in doubt: the node gives
+    up on what the store cannot take within its drain bounds and exits (it used to wait for
+    Redis to come back: the agent's connection waited on its batch, the drain on the
+    connection, and only the end of the drain would have abandoned the batch)."""
+    import subprocess
+    import time
+
+    node = start_hub("--node", "a", store=aof_redis.url)
+    async with Consumer(f"{node.ws}/v1/threads/t") as watcher:
+        agent, _ = await Agent.open(f"{node.ws}/v1/threads/t/agent")
+        await agent.send("before")
+        await agent.settled(TIMEOUT)
+        await asyncio.to_thread(aof_redis.stop)
+        for i in range(20):  # in doubt: Redis is gone
+            await agent.send(f"during{i}")
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        try:
+            code = await asyncio.to_thread(node.terminate, 20.0)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the node did not stop while Redis was down") from None
+        took = time.monotonic() - started
+        assert code == 0 and took < 15.0, took
+        assert watcher.state is not None and "before" in watcher.state

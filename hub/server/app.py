@@ -37,6 +37,7 @@ from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
 from hub.server.receipts import ReceiptsService, receipt_store_for
+from hub.server.receipts_http import ReceiptsRoutes
 from hub.server.transport.agent import AgentEndpoint
 from hub.server.transport.common import (
     CLOSE_DRAINING,
@@ -86,7 +87,7 @@ class HubServer:
             NodePages(hub, self.guard, self),
             ThreadView(hub, self.guard),
             HttpApi(hub, self.guard, self.upstream),
-            self.receipts,
+            ReceiptsRoutes(self.receipts),
         ]
 
     @classmethod

@@ -48,7 +48,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Response
 
 from hub.auth import RECEIPTS_READ, RECEIPTS_WRITE, Principal, tenant_key
 from hub.errors import (
@@ -73,7 +72,6 @@ from hub.receipts.store import (
 )
 from hub.receipts.tail import open_tail
 from hub.server.guard import Guard
-from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
 from hub.server.transport.common import WebSocket, query_of, refuse
 from hub.wire import control
@@ -175,9 +173,9 @@ class _Tenant:
 class ReceiptsService:
     """Receipt ingest and the operator boards of one node. Owns the receipt store.
 
-    Mounted by the server as the WebSocket route ``/v1/receipts`` and as the HTTP routes of
-    :mod:`hub.server.receipts_http` (:attr:`routes`); it reserves the board thread of every
-    tenant with ``guard`` (see the module's docstring)."""
+    Mounted by the server as the WebSocket route ``/v1/receipts``; the HTTP routes of
+    :mod:`hub.server.receipts_http` are mounted beside it and call it. It reserves the board
+    thread of every tenant with ``guard`` (see the module's docstring)."""
 
     def __init__(
         self,
@@ -208,12 +206,6 @@ class ReceiptsService:
         self._loaded = False
         self._polled_at = 0.0
         self._failing = False
-        # Imported here: the routes module imports this one (its parser, its paths).
-        from hub.server.receipts_http import ReceiptsRoutes
-
-        #: ``POST /v1/receipts`` and ``GET /v1/receipts/operations[/ID]``, mounted by
-        #: :meth:`respond`.
-        self.routes = ReceiptsRoutes(self)
         guard.reserve(
             BOARD_THREAD,
             read_scope=RECEIPTS_READ,
@@ -293,12 +285,7 @@ class ReceiptsService:
             self._wake.set()
         return added
 
-    # -- over HTTP ------------------------------------------------------------------------------
-
-    async def respond(self, request: HttpRequest) -> Response | None:
-        """The HTTP routes, ``POST /v1/receipts`` and ``GET /v1/receipts/operations[/ID]``
-        (:class:`~hub.server.receipts_http.ReceiptsRoutes`)."""
-        return await self.routes.respond(request)
+    # -- what the HTTP routes ask (hub.server.receipts_http) ---------------------------------
 
     async def operations_page(self, tenant: str, params: dict[str, str]) -> dict[str, Any]:
         """One page of the tenant's operations, newest change first (see the module)."""

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import json
 import re
+import socket
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -14,6 +15,20 @@ import pytest
 from support import HubProcess
 
 _ids = itertools.count(1)
+
+
+#: The variables httpx (trust_env) and websockets read proxies from, in either case.
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "ws_proxy", "wss_proxy")
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client honours proxies from the environment (SSE, runs and receipts through httpx,
+    WebSockets through websockets): a test starts without any, so that a proxy of the machine's
+    never stands between it and its hub on 127.0.0.1. Tests of proxies set their own."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +70,12 @@ async def thread_view(base: str, thread_id: str) -> dict[str, Any]:
         _get_json, f"{http_url(base)}/v1/threads/{thread_id}"
     )
     return view
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that takes connections (the kernel's backlog) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield listener.getsockname()[1]

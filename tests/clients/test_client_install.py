@@ -1,7 +1,8 @@
 """The Python client installs without the server: ``pip install clients/python`` (with the hub it
-depends on, from this checkout) into a fresh venv brings the pure core and wire, not redis,
-cryptography or PyJWT; the client imports and mirrors a thread there; and the ``agui-hub``
-command of that install says in one line how to get the server's dependencies."""
+depends on, from this checkout) into a fresh venv brings the pure core and wire and httpx (the
+client's HTTP: SSE, runs, receipts), not redis, cryptography or PyJWT; the client imports and
+mirrors a thread there; and the ``agui-hub`` command of that install says in one line how to get
+the server's dependencies."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What the checkout's packaging needs (the root distribution and the client's), copied so the
 #: builds write nothing into the shared checkout (setuptools builds in the source tree).
 SOURCES = ("pyproject.toml", "README.md", "hub", "clients/python")
-SERVER_ONLY = ("redis", "hiredis", "jwt", "cryptography", "httpx", "h11", "prometheus_client")
+#: httpx (and h11 under it) is not among them: the client speaks HTTP through it.
+SERVER_ONLY = ("redis", "hiredis", "jwt", "cryptography", "prometheus_client")
 #: pip's own words when it cannot reach an index (or a package index has nothing to offer).
 OFFLINE_SIGNS = (
     "Could not find a version that satisfies",
@@ -109,8 +111,8 @@ def test_the_client_installs_without_redis_cryptography_or_pyjwt(client_venv: Pa
     listed = _run(client_venv, "-m", "pip", "list", "--format=freeze")
     assert listed.returncode == 0, listed.stderr
     installed = {line.split("==")[0].lower() for line in listed.stdout.split()}
-    assert {"agui-hub", "agui-hub-client", "websockets", "msgpack"} <= installed, installed
-    for dist in ("redis", "hiredis", "cryptography", "pyjwt", "httpx", "h11", "prometheus-client"):
+    assert {"agui-hub", "agui-hub-client", "websockets", "msgpack", "httpx"} <= installed, installed
+    for dist in ("redis", "hiredis", "cryptography", "pyjwt", "prometheus-client"):
         assert dist not in installed, f"{dist} was installed with the client"
 
 

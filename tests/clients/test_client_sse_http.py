@@ -1,6 +1,7 @@
-"""The SSE transport's own HTTP/1.1 client against a scripted server on 127.0.0.1 (asyncio
-streams): a chunked event stream cut at odd places, with chunk extensions and trailers, is read
-whole; the next request resumes with ``Last-Event-ID``; refusals are ``HandshakeFailed``."""
+"""The SSE transport's HTTP (httpx, with the hub's SSEParser) against a scripted server on
+127.0.0.1 (asyncio streams): a chunked event stream cut at odd places, with chunk extensions and
+trailers, is read whole; the next request resumes with ``Last-Event-ID``; refusals are
+``HandshakeFailed``."""
 
 from __future__ import annotations
 

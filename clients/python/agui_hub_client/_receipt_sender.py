@@ -1,9 +1,11 @@
 """The background sender behind :class:`~agui_hub_client.receipts.Receipts`: a bounded FIFO
-buffer of validated records, and one thread, with its own event loop and the client's small
-HTTP/1.1 client, that delivers it to the hub's ``POST /v1/receipts`` in NDJSON batches (at most
-:data:`MAX_BATCH` records a request) and retries what failed for a transient reason (refused
-connections, timeouts, 5xx, 429) with exponential backoff and jitter. ``flush`` and ``close``
-wait for it, bounded by a timeout; the refusals it collects raise there as :class:`ReceiptError`.
+buffer of validated records, and one thread, with its own event loop and its own httpx client
+(one connection pool, kept alive from one batch to the next; proxies from the environment or
+``proxy``, TLS as ``verify`` says), that delivers it to the hub's ``POST /v1/receipts`` in
+NDJSON batches (at most :data:`MAX_BATCH` records a request) and retries what failed for a
+transient reason (refused connections, timeouts, 5xx, 429) with exponential backoff and jitter.
+``flush`` and ``close`` wait for it, bounded by a timeout; the refusals it collects raise there
+as :class:`ReceiptError`.
 
 It knows nothing of what a receipt is: :class:`~agui_hub_client.receipts.Receipts` builds and
 validates the records, then hands each one over, already encoded, with :meth:`_enqueue`.
@@ -22,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agui_hub_client._http11 import request
+from agui_hub_client._http import HttpClient, Proxy, Verify
 from agui_hub_client.errors import ClientError, ProtocolError
 
 #: Records per request (the hub takes up to 10,000 NDJSON lines; smaller requests retry cheaply).
@@ -80,7 +82,9 @@ class ReceiptSender:
     ``/v1/receipts``) with ``headers``. ``timeout``: seconds per request, and the default of
     :meth:`flush` and :meth:`close`; ``max_buffer``: records held undelivered at most;
     ``max_batch``: records per request; ``backoff``/``max_backoff``: the delay after the first
-    transient failure, doubled (with jitter) up to this."""
+    transient failure, doubled (with jitter) up to this; ``verify``, ``proxy``, ``trust_env``:
+    the sender's httpx client's TLS and proxies (made in the sender's own event loop, so a
+    caller's own client, bound to another loop, cannot be used here)."""
 
     def __init__(
         self,
@@ -92,6 +96,9 @@ class ReceiptSender:
         max_batch: int,
         backoff: float,
         max_backoff: float,
+        verify: Verify = True,
+        proxy: Proxy = None,
+        trust_env: bool = True,
     ) -> None:
         self.url = url
         self.headers = dict(headers)
@@ -122,6 +129,8 @@ class ReceiptSender:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: asyncio.Task[Any] | None = None
+        #: The sender's HTTP: its httpx client is made in the sender's loop, on the first post.
+        self._http = HttpClient(verify=verify, proxy=proxy, trust_env=trust_env)
 
     def _enqueue(self, checked: Record, line: bytes) -> None:
         """Buffer one validated record (``line``: its NDJSON line) and wake the sender; raises
@@ -255,6 +264,8 @@ class ReceiptSender:
                     self._settle(batch, outcome)
                     self._cond.notify_all()
         finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(asyncio.wait_for(self._http.aclose(), self.timeout))
             with self._cond:
                 self._loop = None
                 self._stopped = True
@@ -298,18 +309,13 @@ class ReceiptSender:
             "Accept": "application/json",
         }
         try:
-            async with asyncio.timeout(self.timeout):
-                response = await request(
-                    self.url, "POST", headers=headers, body=body, timeout=self.timeout
-                )
-                try:
-                    raw = await response.read(MAX_ANSWER)
-                finally:
-                    response.close()
+            response = await self._http.fetch(
+                "POST", self.url, headers=headers, body=body, timeout=self.timeout, limit=MAX_ANSWER
+            )
         except (OSError, EOFError, TimeoutError, ProtocolError) as exc:
             return _Outcome(transient=f"{type(exc).__name__}: {exc}".rstrip(": "))
         try:
-            value = json.loads(raw)
+            value = json.loads(response.body)
         except ValueError:
             value = None
         if not isinstance(value, dict):

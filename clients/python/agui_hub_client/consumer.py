@@ -17,10 +17,12 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+import httpx
 from hub.wire.control import WELCOME
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from agui_hub_client._http import HttpClient, Proxy, Verify
 from agui_hub_client._wire import (
     Encoding,
     Event,
@@ -89,6 +91,23 @@ class Consumer:
         max_updates: events buffered for ``async for``; when full, the oldest is dropped
             (counted in :attr:`updates_dropped`). State and messages never miss an event.
         connect_options: extra keyword arguments for ``websockets.asyncio.client.connect``.
+        verify: SSE and HTTP runs (``https://``, ``wss://``): how the hub's certificate is
+            checked: True (the system's CAs), an ``ssl.SSLContext``, a CA bundle's path, or
+            False (not at all).
+        proxy: SSE and HTTP runs: a proxy URL (or ``httpx.Proxy``) for every request. None:
+            from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
+            ``NO_PROXY``) when ``trust_env``.
+        trust_env: SSE and HTTP runs: read proxies (and ``SSL_CERT_FILE``/``SSL_CERT_DIR``)
+            from the environment (default True).
+        http_client: SSE and HTTP runs: an ``httpx.AsyncClient`` of the caller's to send them
+            with instead of the consumer's own (it is not closed by :meth:`close`; configure
+            TLS and proxies on it). Either way the consumer's timeouts apply to each request.
+
+    Over SSE, every request of one consumer goes through one ``httpx.AsyncClient``, so one
+    connection pool: the stream holds a connection while it is open, and runs and cancels reuse
+    a kept-alive one. Its timeouts: ``open_timeout`` bounds opening a stream (connect, send,
+    the answer's head, ``hub.welcome``), ``idle_timeout`` each wait for a byte of it, and the
+    ``timeout`` of :meth:`run` and :meth:`cancel` the whole request.
     """
 
     def __init__(
@@ -111,6 +130,10 @@ class Consumer:
         max_size: int | None = 1 << 26,
         max_updates: int = 10_000,
         connect_options: Mapping[str, Any] | None = None,
+        verify: Verify = True,
+        proxy: Proxy = None,
+        trust_env: bool = True,
+        http_client: httpx.AsyncClient | None = None,
     ) -> None:
         self.urls = [url] if isinstance(url, str) else list(url)
         if not self.urls:
@@ -155,7 +178,9 @@ class Consumer:
         self._lost: BaseException | None = None
         #: Runs as commands on the socket, or (SSE) HTTP requests.
         self._socket_runs = SocketRuns(self._send)
-        self._http_runs = HttpRuns(self.urls[0], self.headers)
+        #: SSE: the stream and the runs' requests, through one httpx client (one pool).
+        self._http = HttpClient(verify=verify, proxy=proxy, trust_env=trust_env, client=http_client)
+        self._http_runs = HttpRuns(self.urls[0], self.headers, self._http)
 
     # -- what it holds --------------------------------------------------------------------------
 
@@ -218,7 +243,12 @@ class Consumer:
         """
         if self._task is not None:
             raise ClientError("this consumer is already connected")
-        self._ws = await self._open(self.urls[0])
+        try:
+            self._ws = await self._open(self.urls[0])
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._http.aclose()
+            raise
         self._task = asyncio.create_task(self._run(), name="agui-hub-consumer")
 
     async def close(self) -> None:
@@ -233,12 +263,15 @@ class Consumer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._finish(None)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._http.aclose(), 5)
 
     async def _open(self, url: str) -> ClientConnection | EventStream:
         since, epoch = self.mirror.resume_position()
         ws: ClientConnection | EventStream
         if self.transport == "sse":
             ws, welcome = await open_stream(
+                self._http,
                 url,
                 resume_from=last_event_id(since, epoch),
                 headers=self.headers,

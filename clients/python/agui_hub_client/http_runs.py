@@ -2,7 +2,9 @@
 send): ``POST /v1/threads/{id}/runs`` starts one (``202 {"threadId", "runId"}``), ``DELETE
 /v1/threads/{id}/runs/{runId}`` cancels it. A refusal is the hub's ``{"code", "message"}``,
 raised as the same :class:`~agui_hub_client.errors.RunError` as over the WebSocket. Each
-request is answered on its own, so requests need not take turns as WebSocket commands do.
+request is answered on its own, so requests need not take turns as WebSocket commands do. The
+requests go through the consumer's :class:`~agui_hub_client._http.HttpClient` (its proxies, TLS
+settings and connection pool: one kept-alive connection serves one request after another).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from agui_hub_client._http11 import request
+from agui_hub_client._http import HttpClient
 from agui_hub_client._wire import Event
 from agui_hub_client.errors import ConnectionLost, ProtocolError, RunError
 from agui_hub_client.sse import error_value, thread_url
@@ -34,11 +36,12 @@ def _under(url: str, *segments: str) -> str:
 class HttpRuns:
     """``run``/``cancel`` of one thread over HTTP. ``url``: the thread's URL (any form
     :func:`~agui_hub_client.sse.thread_url` takes, its query kept: ``?access_token=``);
-    ``headers`` go with every request."""
+    ``headers`` go with every request, through ``http``."""
 
-    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
+    def __init__(self, url: str, headers: Mapping[str, str], http: HttpClient) -> None:
         self.url = url
         self.headers = dict(headers)
+        self.http = http
         #: Runs whose end this consumer received, newest last: run id -> the ending event.
         self.ends: OrderedDict[str, Event] = OrderedDict()
         self._ended = asyncio.Event()
@@ -87,19 +90,18 @@ class HttpRuns:
             headers["Content-Type"] = "application/json"
             data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         try:
-            async with asyncio.timeout(timeout):
-                response = await request(url, method, headers=headers, body=data, timeout=timeout)
-                try:
-                    raw = await response.read(MAX_ANSWER)
-                finally:
-                    response.close()
+            answer = await self.http.fetch(
+                method, url, headers=headers, body=data, timeout=timeout, limit=MAX_ANSWER
+            )
+        except TimeoutError:
+            raise
         except (OSError, EOFError, ProtocolError) as exc:
             why = str(exc) or type(exc).__name__
             raise ConnectionLost(f"{method} failed before the hub answered: {why}") from None
-        value = error_value(raw) or {}
-        if 200 <= response.status < 300:
+        value = error_value(answer.body) or {}
+        if 200 <= answer.status < 300:
             return value
         code = value.get("code")
         if not isinstance(code, str):
-            code = f"http_{response.status}"
-        raise RunError(code, str(value.get("message", response.reason)), value)
+            code = f"http_{answer.status}"
+        raise RunError(code, str(value.get("message", answer.reason)), value)

@@ -13,7 +13,8 @@ Recording is a plain, non-blocking call from any thread or event loop: the recor
 (ids, ``at`` in UTC, the trace id of the current OpenTelemetry span when there is one),
 validated with the hub's own model (:mod:`hub.receipts.model`, so a bad field is refused at
 once, where the caller can see it), and put in a bounded buffer. One background thread, with
-its own event loop and the client's small HTTP/1.1 client, sends the buffer in batches (NDJSON,
+its own event loop and its own httpx client (one connection pool; proxies from the environment
+or ``proxy=``, TLS as ``verify=`` says), sends the buffer in batches (NDJSON,
 at most :data:`MAX_BATCH` records a request) and retries what failed for a transient reason
 (refused connections, timeouts, 5xx, 429) with exponential backoff and jitter: the sender, in
 :mod:`agui_hub_client._receipt_sender`, which :class:`Receipts` builds on. Retrying is safe:
@@ -41,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from agui_hub_client._http import Proxy, Verify
 from agui_hub_client._receipt_sender import (
     KEPT_REFUSALS,
     MAX_ANSWER,
@@ -181,7 +183,11 @@ class Receipts(ReceiptSender):
     default of :meth:`flush` and :meth:`close`. ``max_buffer``: records held undelivered at
     most; past it a new record raises :class:`ReceiptError` ``buffer_full`` (evidence is never
     dropped silently, and the agent is never blocked). ``backoff``/``max_backoff``: the delay
-    after the first transient failure, doubled (with jitter) up to this.
+    after the first transient failure, doubled (with jitter) up to this. ``verify``: how the
+    hub's certificate is checked (True: the system's CAs; an ``ssl.SSLContext``; a CA bundle's
+    path; False: not at all). ``proxy``: a proxy URL (or ``httpx.Proxy``) for every request;
+    None: from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``...) when
+    ``trust_env`` (default True).
     """
 
     def __init__(
@@ -197,6 +203,9 @@ class Receipts(ReceiptSender):
         max_batch: int = MAX_BATCH,
         backoff: float = 0.2,
         max_backoff: float = 5.0,
+        verify: Verify = True,
+        proxy: Proxy = None,
+        trust_env: bool = True,
     ) -> None:
         headers = dict(headers or {})
         if token is not None:
@@ -209,6 +218,9 @@ class Receipts(ReceiptSender):
             max_batch=max_batch,
             backoff=backoff,
             max_backoff=max_backoff,
+            verify=verify,
+            proxy=proxy,
+            trust_env=trust_env,
         )
         self.trace_id = trace_id or secrets.token_hex(16)
         self.use_otel = use_otel

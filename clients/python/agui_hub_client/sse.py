@@ -1,12 +1,13 @@
 """A thread's event stream (``GET /v1/threads/{id}/events``, ``text/event-stream``), read as
 the frames a WebSocket consumer gets in JSON, for the consumer's ``transport="sse"``.
 
-The body is de-chunked by :mod:`agui_hub_client._http11` and parsed by the hub's own sans-I/O
-:class:`hub.wire.sse.SSEParser`, which hands out each message's ``data``: one JSON frame. What
-the hub sends besides (``retry:``, ``id:``, heartbeat comments) the parser drops; the position
-to resume from is the consumer's copy's own (``Last-Event-ID: {epoch}:{seq}``), which is what
-the hub's ids say for every event the copy applied (see :func:`last_event_id`). Heartbeat
-comments still count as signs of life for the idle timeout.
+The request goes through the consumer's :class:`~agui_hub_client._http.HttpClient` (httpx: its
+proxies, TLS settings and connection pool), and the body, as it arrives, is parsed by the hub's
+own sans-I/O :class:`hub.wire.sse.SSEParser`, which hands out each message's ``data``: one JSON
+frame. What the hub sends besides (``retry:``, ``id:``, heartbeat comments) the parser drops;
+the position to resume from is the consumer's copy's own (``Last-Event-ID: {epoch}:{seq}``),
+which is what the hub's ids say for every event the copy applied (see :func:`last_event_id`).
+Heartbeat comments still count as signs of life for the idle timeout.
 
 Nothing can be sent up an event stream: the consumer repairs its copy by opening a new stream
 for a fresh join, and starts and cancels runs with HTTP requests (:mod:`.http_runs`).
@@ -22,10 +23,11 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 from hub.errors import LimitExceeded
 from hub.wire.sse import SSEParser
 
-from agui_hub_client._http11 import Response, request
+from agui_hub_client._http import HttpClient, HttpStream
 from agui_hub_client._wire import unpack, welcome_value
 from agui_hub_client.errors import HandshakeFailed, ProtocolError
 
@@ -72,7 +74,7 @@ class EventStream:
     until the stream ends (then :attr:`close_code` says why)."""
 
     def __init__(
-        self, response: Response, *, max_size: int | None, idle_timeout: float | None
+        self, response: HttpStream, *, max_size: int | None, idle_timeout: float | None
     ) -> None:
         self.response = response
         self.parser = SSEParser(max_event=max_size or 1 << 30)
@@ -83,7 +85,6 @@ class EventStream:
         self.close_reason = ""
         #: No subprotocol over HTTP (an event stream carries JSON).
         self.subprotocol: str | None = None
-        self._body = response.body()
         self._pending: deque[str] = deque()
 
     async def recv(self) -> str:
@@ -93,10 +94,11 @@ class EventStream:
                 raise EOFError(self.close_reason)
             try:
                 async with asyncio.timeout(self.idle_timeout):
-                    chunk = await anext(self._body)
-                self._pending.extend(self.parser.feed(chunk))
-            except StopAsyncIteration:
-                self._end(STREAM_LOST, "the hub ended the stream")
+                    chunk = await self.response.next()
+                if chunk is None:
+                    self._end(STREAM_LOST, "the hub ended the stream")
+                else:
+                    self._pending.extend(self.parser.feed(chunk))
             except TimeoutError:
                 self._end(STREAM_LOST, f"nothing received for {self.idle_timeout} s")
             except (OSError, EOFError, ProtocolError) as exc:
@@ -115,7 +117,9 @@ class EventStream:
                 return
 
     async def close(self, code: int = 1000, reason: str = "closed by the client") -> None:
+        """End the stream, and wait (briefly) until its connection is let go."""
         self.abort(code, reason)
+        await self.response.aclose()
 
     def abort(self, code: int = STREAM_LOST, reason: str = "dropped by the client") -> None:
         """End the stream now (frames already parsed are not handed out)."""
@@ -125,10 +129,11 @@ class EventStream:
         if self.close_code is None:
             self.close_code, self.close_reason = code, reason
         self._pending.clear()
-        self.response.close()
+        self.response.abort()
 
 
 async def open_stream(
+    http: HttpClient,
     url: str,
     *,
     resume_from: str | None,
@@ -137,8 +142,10 @@ async def open_stream(
     max_size: int | None,
     idle_timeout: float | None,
 ) -> tuple[EventStream, dict[str, Any]]:
-    """Open the thread's event stream (``url``: any URL :func:`thread_url` takes), resuming
-    from ``resume_from`` (a ``Last-Event-ID``) if given, and read ``hub.welcome``.
+    """Open the thread's event stream (``url``: any URL :func:`thread_url` takes) with
+    ``http``, resuming from ``resume_from`` (a ``Last-Event-ID``) if given, and read
+    ``hub.welcome``, all within ``open_timeout`` seconds (each of httpx's connect, write and
+    pool phases too; reading the stream is bounded by ``idle_timeout`` instead, here).
 
     Raises :class:`HandshakeFailed` if the hub refuses (an HTTP error, not an event stream,
     or ``hub.error`` first), ``OSError``/``TimeoutError`` if it cannot be reached.
@@ -147,14 +154,15 @@ async def open_stream(
     if resume_from is not None:
         sent["Last-Event-ID"] = resume_from
     where = events_url(url)
+    timeouts = httpx.Timeout(open_timeout, read=None)
     try:
         async with asyncio.timeout(open_timeout):
-            response = await request(where, "GET", headers=sent, timeout=open_timeout)
+            response = await http.open("GET", where, headers=sent, timeout=timeouts)
             try:
                 stream = await _started(where, response, max_size, idle_timeout)
                 data = await stream.recv()
             except BaseException:
-                response.close()
+                response.abort()
                 raise
     except ProtocolError as exc:
         message = f"{where} did not answer as HTTP/1.1 should: {exc}"
@@ -173,7 +181,7 @@ async def open_stream(
 
 
 async def _started(
-    where: str, response: Response, max_size: int | None, idle_timeout: float | None
+    where: str, response: HttpStream, max_size: int | None, idle_timeout: float | None
 ) -> EventStream:
     """The stream, if ``response`` starts one; else :class:`HandshakeFailed`."""
     status = response.status

@@ -5,7 +5,7 @@ hear and answers every question at once.
 
 On a shared store (Redis), threads are shared by several nodes through one store: the store
 sequences, nodes follow (:class:`SharedBroker`). A node's own changes are committed by its
-writers (see :mod:`hub.server.writer`); what is here keeps the node's committed copy in line
+writers (see :mod:`hub.server.thread_writer`); what is here keeps the node's committed copy in line
 with the store, and so with every other node.
 
 Other nodes' appends arrive on the bus (at most once). Contiguous ones are applied as they
@@ -267,7 +267,7 @@ class SharedBroker(Broker):
         self._of(channel).check_head = True
         await self.catch_up(channel)
 
-    # -- committing (see hub.server.writer) -------------------------------------------------
+    # -- committing (see hub.server.thread_writer) -------------------------------------------------
 
     def committed(self, channel: Channel, events: list[Event]) -> None:
         """The store holds ``events`` (this node's batch): the committed copy takes them, and

@@ -49,12 +49,12 @@ class Channel:
     #: is not unloaded before anyone had the time to use it.
     changed_at: float = field(default_factory=time.monotonic)
     #: Shared stores: one writer at a time on this node (a commit, or catching up with the
-    #: other nodes; see hub.server.writer and hub.server.broker).
+    #: other nodes; see hub.server.thread_writer and hub.server.broker).
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The copy may hold an event the store never took (it failed mid-append): reload first.
     stale: bool = False
     #: Shared stores: the writer's working copy, ahead of ``thread`` by the batch in flight
-    #: (see hub.server.writer); None until this node writes, or after a commit failed.
+    #: (see hub.server.thread_writer); None until this node writes, or after a commit failed.
     draft: Thread | None = None
 
     def draft_copy(self) -> Thread:

@@ -11,8 +11,8 @@ costs it one look at its request head.
 
 Handlers take an :class:`HttpRequest` (the body read, bounded) and answer a ``Response``
 (websockets' plain response type, used by the handshake refusals too) or a :class:`Stream`,
-whose body function writes chunks through a :class:`Writer` that waits for the socket to drain
-(a slow client slows its own stream, never the node) and says when the client went away.
+whose body function writes chunks through a :class:`BodyWriter` that waits for the socket to
+drain (a slow client slows its own stream, never the node) and says when the client went away.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class HttpRequest:
         return {k: v[0] for k, v in parse_qs(urlsplit(self.target).query).items()}
 
 
-class Writer(Protocol):
+class BodyWriter(Protocol):
     """Where a streamed response's body goes."""
 
     async def write(self, data: bytes) -> None:
@@ -99,7 +99,7 @@ class Stream:
     status: int
     headers: list[tuple[str, str]]
     #: Writes the body; the response ends when it returns.
-    body: Callable[[Writer], Awaitable[None]]
+    body: Callable[[BodyWriter], Awaitable[None]]
     reason: str = field(default="")
 
 
@@ -191,7 +191,7 @@ class HttpConnection(asyncio.Protocol):
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
-    # -- Writer ---------------------------------------------------------------------------------
+    # -- BodyWriter -----------------------------------------------------------------------------
 
     async def write(self, data: bytes) -> None:
         if self._lost:

@@ -5,7 +5,7 @@ synchronous from the core's answer to the last consumer's queue (no await in bet
 consumer sees one order; the store write follows, in order, by one persister task, and producers
 are acknowledged only for events the store has taken (see :mod:`hub.server.persistence`). On a
 shared store (Redis) the store sequences, and the node follows the others through its bus: see
-:mod:`hub.server.writer` and :mod:`hub.server.broker`.
+:mod:`hub.server.thread_writer` and :mod:`hub.server.broker`.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class Hub:
 
         On a node-local store this never waits: the change applies at once, is fanned out at
         once and queued for the store, and the future is already done. On a shared store the
-        thread's writer commits it with whatever else is waiting (see hub.server.writer)."""
+        thread's writer commits it with whatever else is waiting (see hub.server.thread_writer)."""
         started = time.monotonic()
         future = self.persistence.submit(channel, change)
         if future.done():

@@ -8,7 +8,7 @@ Every change to a thread is *submitted* and answered by a future (see :meth:`Per
   are stored behind, in order, by one persister task. Producers are acknowledged only for
   events the store has taken.
 - On a shared store (Redis), :class:`SharedPersistence`: the store sequences; one writer per
-  thread commits the changes in batches (see :mod:`hub.server.writer`).
+  thread commits the changes in batches (see :mod:`hub.server.thread_writer`).
 
 Both keep each thread's record (its state and messages at a position) up to date in the store
 from time to time, through the same queue: every ``compact_every`` events, or
@@ -28,7 +28,7 @@ acknowledged for events the store does not hold, and it is not unloaded while th
 behind it. On a node-local store every later change to it is refused ``unavailable``
 (an agent gets an error frame for each such frame). A thread whose failed write was only its
 record (its log is complete) may be unloaded as usual, and then loads again from the store. On
-a shared store the writers commit the events (:mod:`hub.server.writer`); only the thread's
+a shared store the writers commit the events (:mod:`hub.server.thread_writer`); only the thread's
 records stop.
 """
 
@@ -47,8 +47,8 @@ from hub.server.channel import Channel
 from hub.server.config import Config
 from hub.server.metrics import Metrics
 from hub.server.node import Change, Node, StoreHealth, apply_change
-from hub.server.writer import Follower, ThreadWriter
-from hub.server.writes import WriteQueue
+from hub.server.thread_writer import Follower, ThreadWriter
+from hub.server.write_queue import WriteQueue
 from hub.store import Store
 from hub.store.base import transient
 from hub.wire.codec import pack

@@ -39,7 +39,7 @@ from hub.errors import (
     UnsupportedMediaType,
 )
 from hub.server.guard import Admission, Guard
-from hub.server.http11 import HttpRequest, Stream, Writer
+from hub.server.http11 import BodyWriter, HttpRequest, Stream
 from hub.server.hub import Hub
 from hub.server.transport.common import THREAD_ID, error_response, json_response
 from hub.server.transport.streams import (
@@ -215,7 +215,7 @@ class HttpApi:
             self.guard.abandon(admission, loaded=admission.key in hub.channels)
             raise
 
-        async def stream(writer: Writer) -> None:
+        async def stream(writer: BodyWriter) -> None:
             try:
                 sink.bind(writer)
                 await until_done(sink, writer)
@@ -239,7 +239,7 @@ class HttpApi:
             raise
         hub, guard = self.hub, self.guard
 
-        async def stream(writer: Writer) -> None:
+        async def stream(writer: BodyWriter) -> None:
             try:
                 await serve_events(hub, channel, writer, since, epoch)
             finally:

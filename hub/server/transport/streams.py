@@ -27,7 +27,7 @@ import itertools
 from typing import Any
 
 from hub.server.channel import Channel
-from hub.server.http11 import Writer
+from hub.server.http11 import BodyWriter
 from hub.server.hub import Hub
 from hub.server.outbox import Outbox
 from hub.wire import control, sse
@@ -82,14 +82,14 @@ def parse_last_event_id(value: str) -> tuple[str, int] | None:
 class EventSink:
     """An :class:`Outbox`'s socket that writes frames to an event stream."""
 
-    def __init__(self, writer: Writer | None = None) -> None:
-        self._writer: asyncio.Future[Writer] = asyncio.get_running_loop().create_future()
+    def __init__(self, writer: BodyWriter | None = None) -> None:
+        self._writer: asyncio.Future[BodyWriter] = asyncio.get_running_loop().create_future()
         if writer is not None:
             self._writer.set_result(writer)
         #: Set once the stream is over: closed by the hub, or the client went away.
         self.done = asyncio.Event()
 
-    def bind(self, writer: Writer) -> None:
+    def bind(self, writer: BodyWriter) -> None:
         """The stream's writer, once the response started (frames wait for it until then)."""
         if not self._writer.done():
             self._writer.set_result(writer)
@@ -173,7 +173,7 @@ def outbox_for(hub: Hub, channel: Channel, sink: EventSink, prefix: str) -> Outb
     )
 
 
-async def until_done(sink: EventSink, writer: Writer) -> None:
+async def until_done(sink: EventSink, writer: BodyWriter) -> None:
     """Until the hub closed the stream or the client went away."""
     ended = asyncio.ensure_future(sink.done.wait())
     gone = asyncio.ensure_future(writer.wait_closed())
@@ -189,7 +189,7 @@ async def until_done(sink: EventSink, writer: Writer) -> None:
 async def serve_events(
     hub: Hub,
     channel: Channel,
-    writer: Writer,
+    writer: BodyWriter,
     since: int | None,
     epoch: str | None,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hub.server.writes import WriteQueue
+from hub.server.write_queue import WriteQueue
 
 
 async def test_writes_come_out_in_order_in_batches() -> None:

@@ -41,7 +41,7 @@ from typing import Any
 
 from hub.bench.chaos_agent import LosslessAgent
 from hub.bench.chaos_fleet import FleetHandle, digest
-from hub.bench.chaosproc import AofRedis, Node
+from hub.bench.chaosproc import AofRedis, NodeProcess
 from hub.bench.clients import Agent
 from hub.bench.net import split
 
@@ -132,7 +132,7 @@ class Result:
 class _Run:
     """What one run holds: the processes, the agent, the fleets, and what it measured."""
 
-    def __init__(self, plan: Plan, redis: AofRedis, nodes: list[Node]) -> None:
+    def __init__(self, plan: Plan, redis: AofRedis, nodes: list[NodeProcess]) -> None:
         self.plan = plan
         self.redis = redis
         self.nodes = nodes
@@ -168,7 +168,7 @@ class _Run:
     def fault(self, name: str, started: float, note: str = "", *, lasting: bool = False) -> None:
         self.faults.append(Fault(name, started, time.monotonic(), note=note, lasting=lasting))
 
-    def counter(self, node: Node, name: str) -> float:
+    def counter(self, node: NodeProcess, name: str) -> float:
         with contextlib.suppress(Exception):
             return sum(node.series(name).values())
         return 0.0
@@ -432,7 +432,7 @@ class _Run:
         return result
 
 
-async def _seed(node: Node) -> None:
+async def _seed(node: NodeProcess) -> None:
     seed = await Agent.open(f"ws://127.0.0.1:{node.port}/v1/threads/{THREAD}/agent")
     try:
         await seed.publish({"type": "STATE_SNAPSHOT", "snapshot": {"e": {}}})
@@ -442,7 +442,7 @@ async def _seed(node: Node) -> None:
         await seed.close()
 
 
-async def _scenario(plan: Plan, redis: AofRedis, nodes: list[Node]) -> Result:
+async def _scenario(plan: Plan, redis: AofRedis, nodes: list[NodeProcess]) -> Result:
     run = _Run(plan, redis, nodes)
     started = time.monotonic()
     await _seed(nodes[0])
@@ -479,9 +479,9 @@ def run(plan: Plan) -> Result:
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(AofRedis())
         nodes = [
-            Node("A", redis.url),
-            Node("B", redis.url),
-            Node("C", redis.url, module="hub.bench.chaos_node"),
+            NodeProcess("A", redis.url),
+            NodeProcess("B", redis.url),
+            NodeProcess("C", redis.url, module="hub.bench.chaos_node"),
         ]
         for node in nodes:
             stack.callback(node.stop)
@@ -494,7 +494,7 @@ def run(plan: Plan) -> Result:
         return result
 
 
-def _tail(node: Node) -> str:
+def _tail(node: NodeProcess) -> str:
     if node.hub is not None:
         return node.hub.stderr_tail(1500)
     return node.logs[-1][-1500:] if node.logs else ""

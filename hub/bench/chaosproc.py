@@ -103,7 +103,7 @@ class AofRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Node:
+class NodeProcess:
     """One hub node on a fixed port; each :meth:`start` is a new process (an incarnation)."""
 
     def __init__(self, name: str, store: str, *args: str, module: str = "hub.server.cli") -> None:

@@ -32,6 +32,7 @@ from websockets.typing import Subprotocol
 from hub.auth import bind_allowed, host_allowed
 from hub.errors import BadHost, BadOrigin, BadPath, LimitExceeded, PeerError
 from hub.receipts.store import ReceiptStore
+from hub.server.channel import Life
 from hub.server.config import Config
 from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
@@ -143,6 +144,8 @@ class HubServer:
     async def drain(self) -> None:
         """Stop accepting, tell consumers to reconnect elsewhere, flush the store, stop."""
         self.draining = True
+        for channel in self.hub.channels.values():
+            channel.become(Life.DRAINING)  # no new consumer; its events still reach the store
         if self.server is not None:
             self.server.close(close_connections=False)
         closing = [

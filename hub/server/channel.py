@@ -1,6 +1,7 @@
 """A loaded thread on one node: its committed copy, its consumers, and what is cached for them.
 
-A :class:`Channel` is plain state. The hub fans out through it (:mod:`hub.server.hub`), the
+A :class:`Channel` is the copy's state, and its :class:`Life` moves only through
+:meth:`Channel.become`. The hub fans out through it (:mod:`hub.server.hub`), the
 persistence layer writes from it (:mod:`hub.server.persistence`), and the broker keeps its copy
 in line with other nodes (:mod:`hub.server.broker`); each keeps its own bookkeeping about a
 channel itself, so this module imports none of them.
@@ -9,6 +10,7 @@ channel itself, so this module imports none of them.
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,6 +20,25 @@ from hub.core.consumer import ConsumerView
 from hub.core.thread import Event, Thread
 from hub.server.outbox import Outbox
 from hub.wire.codec import Encoding, Frame
+
+
+class Life(enum.Enum):
+    """A loaded copy's life on a node. A copy is SERVING once loaded; DRAINING while the node
+    stops (it takes no new consumer, its events still go to the store); UNLOADED once the node
+    let go of it (nothing attaches to it any more: the thread loads again, as a new copy, on
+    demand). No way back: the moves are checked in :meth:`Channel.become`, the one place."""
+
+    SERVING = "serving"
+    DRAINING = "draining"
+    UNLOADED = "unloaded"
+
+
+#: The moves a copy may make (a node that drains also unloads; nothing comes back).
+MOVES: dict[Life, frozenset[Life]] = {
+    Life.SERVING: frozenset({Life.DRAINING, Life.UNLOADED}),
+    Life.DRAINING: frozenset({Life.UNLOADED}),
+    Life.UNLOADED: frozenset(),
+}
 
 
 @dataclass(eq=False)
@@ -40,9 +61,8 @@ class Channel:
     )
     #: Agents connected to this thread (a thread in use is never unloaded).
     producers: int = 0
-    #: The node let go of this copy (see hub.server.hub.Hub._maybe_unload): nothing may
-    #: attach to it any more; the thread loads again, as a new Channel, on demand.
-    unloaded: bool = False
+    #: Where the copy is in its life (see :class:`Life`); moved only by :meth:`become`.
+    life: Life = field(default_factory=lambda: Life.SERVING)
     #: The last seq the store holds (producers are acknowledged up to it).
     persisted_seq: int = 0
     #: When it last changed (monotonic); a thread just loaded counts as just changed, so it
@@ -56,6 +76,21 @@ class Channel:
     #: Shared stores: the writer's working copy, ahead of ``thread`` by the batch in flight
     #: (see hub.server.thread_writer); None until this node writes, or after a commit failed.
     draft: Thread | None = None
+
+    @property
+    def unloaded(self) -> bool:
+        return self.life is Life.UNLOADED
+
+    @property
+    def attachable(self) -> bool:
+        """A new consumer may attach (the copy is serving)."""
+        return self.life is Life.SERVING
+
+    def become(self, life: Life) -> None:
+        """Move on in the copy's life; a move :data:`MOVES` does not allow is a bug."""
+        if life is not self.life and life not in MOVES[self.life]:
+            raise RuntimeError(f"thread {self.key}: {self.life.value} cannot become {life.value}")
+        self.life = life
 
     def draft_copy(self) -> Thread:
         """The writer's copy, in line with the committed one (a fresh copy if it is not)."""

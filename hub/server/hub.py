@@ -23,7 +23,7 @@ from hub.core.consumer import ConsumerView, resume, sync_frames
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError, Unavailable
 from hub.server.broker import Broker, LocalBroker, SharedBroker
-from hub.server.channel import Channel
+from hub.server.channel import Channel, Life
 from hub.server.config import Config
 from hub.server.metrics import Metrics
 from hub.server.node import Change
@@ -328,7 +328,7 @@ class Hub:
         if in_use or channel.persisted_seq != channel.thread.seq:
             return False
         self.channels.pop(channel.key, None)
-        channel.unloaded = True
+        channel.become(Life.UNLOADED)
         for order in (self._changed, self._idle):
             order.pop(channel, None)
         self._retry.discard(channel)
@@ -411,8 +411,8 @@ class Hub:
         Returns the snapshot cause, or None for a replay. Synchronous, so no event slips
         between the decision and the subscription.
         """
-        if channel.unloaded:  # never feed a consumer from a copy nobody writes to any more
-            raise Unavailable("the thread was unloaded meanwhile; connect again")
+        if not channel.attachable:  # never feed a consumer from a copy nobody will write to
+            raise Unavailable(f"the thread is {channel.life.value} here; connect again")
         cause: str | None = "join"
         if since is not None:
             events, cause = resume(channel.thread, since, epoch)

@@ -186,3 +186,33 @@ async def test_the_repair_cache_is_bounded_in_bytes_and_keeps_nothing_useless() 
 
     await asyncio.sleep(SYNC_REUSE_SECONDS * 1.5)
     assert hub.repair_frames(channel, ConsumerView(), "join", "json") is first
+
+
+async def test_a_copys_life_moves_one_way_and_only_a_serving_copy_takes_consumers() -> None:
+    from hub.errors import Unavailable
+    from hub.server.channel import Life
+    from hub.server.outbox import Outbox
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    channel = await hub.channel("t")
+    assert channel.life is Life.SERVING and channel.attachable
+
+    class Socket:
+        def write(self, data: bytes) -> None:
+            raise AssertionError("nothing is written to a refused consumer")
+
+    outbox = Outbox(Socket(), "json", lambda v, c: [], hub.metrics, limit=10, slow_timeout=5)  # type: ignore[arg-type]
+    channel.become(Life.DRAINING)  # the node drains: no new consumer here
+    try:
+        hub.attach(channel, outbox, None, None)
+    except Unavailable as exc:
+        assert "draining" in exc.message
+    else:
+        raise AssertionError("attached to a draining copy")
+    channel.become(Life.UNLOADED)
+    for back in (Life.SERVING, Life.DRAINING):
+        try:
+            channel.become(back)
+        except RuntimeError:
+            continue
+        raise AssertionError(f"an unloaded copy became {back.value}")

@@ -76,6 +76,7 @@ class HubServer:
         self.draining = False
         self.guard = Guard(self.config, hub.metrics)
         hub.on_unload = self.guard.forget_thread
+        self.guard.is_loaded = hub.channels.__contains__
         self.receipts = ReceiptsService(hub, self.guard, receipts)
         self.agents = AgentEndpoint(hub, self.guard)
         self.upstream = Upstream(hub, self.guard)

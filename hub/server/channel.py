@@ -62,7 +62,7 @@ class Channel:
     #: Agents connected to this thread (a thread in use is never unloaded).
     producers: int = 0
     #: Where the copy is in its life (see :class:`Life`); moved only by :meth:`become`.
-    life: Life = field(default_factory=lambda: Life.SERVING)
+    life: Life = Life.SERVING
     #: The last seq the store holds (producers are acknowledged up to it).
     persisted_seq: int = 0
     #: When it last changed (monotonic); a thread just loaded counts as just changed, so it

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,9 @@ class Guard:
         self.secrets = config.secrets
         self.connections = self.limits.connection_counter()
         self.threads = self.limits.thread_registry()
+        #: Whether the node has a thread (tenant key) loaded: set by the server that owns
+        #: both (a loaded thread is forgotten when it unloads; see :meth:`abandon`).
+        self.is_loaded: Callable[[str], bool] = lambda key: False
         self.tenant_rates = self.limits.tenant_buckets()
         self._pruned_at = time.monotonic()
         #: Thread ids (in every tenant) a mounted service keeps for itself: the scope a consumer
@@ -124,10 +127,13 @@ class Guard:
         query: Mapping[str, str],
         thread_id: str,
         scope: str,
+        principal: Principal | None = None,
     ) -> Admission:
-        """Authenticate, check the scope and the token's threads, and count the connection
-        against its tenant (call :meth:`leave` when it ends)."""
-        principal = self.authenticate(headers, query)
+        """Authenticate (unless the caller's ``principal`` is known already), check the scope
+        and the token's threads, and count the connection against its tenant (call
+        :meth:`leave` when it ends)."""
+        if principal is None:
+            principal = self.authenticate(headers, query)
         tenant = principal.tenant
         added = False
         try:
@@ -147,12 +153,12 @@ class Guard:
     def leave(self, admission: Admission) -> None:
         self.connections.release(admission.principal.tenant)
 
-    def abandon(self, admission: Admission, *, loaded: bool) -> None:
+    def abandon(self, admission: Admission) -> None:
         """An admitted connection that failed before it was served: :meth:`leave`, and the
         thread it recorded is forgotten again unless the node has it loaded (then it is
         forgotten when it unloads, as every thread is)."""
         self.leave(admission)
-        if admission.added and not loaded:
+        if admission.added and not self.is_loaded(admission.key):
             self.forget_thread(admission.key)
 
     def forget_thread(self, key: str) -> None:

@@ -275,13 +275,13 @@ class ThreadEndpoint:
         except HubError as exc:
             reading.cancel()
             if admission is not None:
-                self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+                self.guard.abandon(admission)
             await refuse(ws, exc, encoding)
             return
         except BaseException:  # the client went away, the task was cancelled, a bug
             reading.cancel()
             if admission is not None:
-                self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+                self.guard.abandon(admission)
             raise
         try:
             await self.serve(Connection(ws, channel, admission, target, encoding))

@@ -125,7 +125,7 @@ class ThreadView:
             channel = await self.hub.channel(admission.key)
             await self.hub.refresh(channel)
         except BaseException as exc:
-            self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+            self.guard.abandon(admission)
             if isinstance(exc, HubError):
                 return error_response(exc)
             raise

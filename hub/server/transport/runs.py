@@ -29,7 +29,7 @@ from ag_ui.core import RunAgentInput
 from pydantic import ValidationError
 from websockets.http11 import Response
 
-from hub.auth import READ, WRITE, is_thread_id
+from hub.auth import READ, WRITE, Principal, is_thread_id
 from hub.errors import (
     BadPath,
     HubError,
@@ -100,7 +100,13 @@ class HttpApi:
     # -- helpers --------------------------------------------------------------------------------
 
     def _admit(
-        self, request: HttpRequest, thread_id: str, *, write: bool, read: bool = True
+        self,
+        request: HttpRequest,
+        thread_id: str,
+        *,
+        write: bool,
+        read: bool = True,
+        principal: Principal | None = None,
     ) -> Admission:
         """The caller, admitted to the thread and counted (call ``guard.leave`` after). With
         ``write``, allowed to start work there (scope ``write``, reserved threads, its rate);
@@ -108,7 +114,7 @@ class HttpApi:
         run needs only ``write``, the HttpAgent endpoint, which streams the run back, both."""
         guard = self.guard
         scope = WRITE if write else guard.scope_for("consumer", thread_id)
-        admission = guard.admit(request.headers, request.query, thread_id, scope)
+        admission = guard.admit(request.headers, request.query, thread_id, scope, principal)
         try:
             if write:
                 if read:
@@ -116,7 +122,7 @@ class HttpApi:
                 guard.check_write(thread_id)
                 guard.rate(guard.edit_bucket(), admission.principal.tenant)
         except BaseException:
-            guard.abandon(admission, loaded=admission.key in self.hub.channels)
+            guard.abandon(admission)
             raise
         return admission
 
@@ -129,7 +135,7 @@ class HttpApi:
         try:
             yield admission
         except BaseException:
-            self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+            self.guard.abandon(admission)
             raise
         else:
             self.guard.leave(admission)
@@ -194,7 +200,8 @@ class HttpApi:
         )
         run_id = given.run_id or str(uuid.uuid4())
         hub = self.hub
-        admission = self._admit(request, given.thread_id, write=True)  # while the stream lasts
+        # While the stream lasts; the caller was authenticated above (once).
+        admission = self._admit(request, given.thread_id, write=True, principal=principal)
         try:
             channel = await hub.channel(admission.key)
             await hub.follow(channel)
@@ -212,7 +219,7 @@ class HttpApi:
                 raise
             assert started["runId"] == run_id
         except BaseException:
-            self.guard.abandon(admission, loaded=admission.key in hub.channels)
+            self.guard.abandon(admission)
             raise
 
         async def stream(writer: BodyWriter) -> None:
@@ -235,7 +242,7 @@ class HttpApi:
             channel = await self.hub.channel(admission.key)
             await self.hub.follow(channel)
         except BaseException:
-            self.guard.abandon(admission, loaded=admission.key in self.hub.channels)
+            self.guard.abandon(admission)
             raise
         hub, guard = self.hub, self.guard
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
 from redis.asyncio import Redis
 from redis_support import RedisServer
+from support import eventually
 from websockets.datastructures import Headers
 
 from hub.core.thread import Event
@@ -28,13 +29,6 @@ from hub.store.redis_bus import HEADER_BYTES
 
 def custom(value: object) -> Event:
     return {"type": "CUSTOM", "name": "n", "value": value}
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.005)
 
 
 @dataclass

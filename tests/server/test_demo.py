@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from support import ROOT, Client, HubProcess
+from support import ROOT, Client, HubProcess, eventually
 
 from hub.server.demo import (
     AGENT,
@@ -102,13 +102,6 @@ async def edit(hub: HubProcess, delta: list[dict[str, Any]]) -> None:
     await consumer.close()
 
 
-async def until(holds: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not holds():
-        assert asyncio.get_running_loop().time() < deadline, "never held"
-        await asyncio.sleep(0.01)
-
-
 async def test_the_clock_has_the_agent_write_a_bounded_document_with_sections_and_a_series(
     hub: HubProcess, agent: AgentServer
 ) -> None:
@@ -184,7 +177,7 @@ async def test_the_watcher_holds_what_the_hub_holds(
             watcher(f"{hub.ws}/v1/threads/{THREAD}", every=0, watch=watch)
         )
         try:
-            await until(lambda: watch.seq > 0)  # its join, while the reply (3 s) streams
+            await eventually(lambda: watch.seq > 0, 10)  # its join, while the reply (3 s) streams
             assert watch.copy.run_id == run_id
             assert f"text:{reply_id}" in watch.copy.open, watch.copy.open
             await person.recv_until(
@@ -193,7 +186,7 @@ async def test_the_watcher_holds_what_the_hub_holds(
             await person.close()
             await tick(hub, 2)
             view = hub.thread(THREAD)
-            await until(lambda: watch.seq >= view["seq"])
+            await eventually(lambda: watch.seq >= view["seq"], 10)
         finally:
             following.cancel()
             with contextlib.suppress(asyncio.CancelledError):

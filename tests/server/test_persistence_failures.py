@@ -3,13 +3,12 @@ store takes it; a permanent one fails that thread alone, once, and the others ar
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import eventually
 
 from hub.core.thread import Event
 from hub.server.config import Config
@@ -23,13 +22,6 @@ def custom(value: object) -> Event:
     return {"type": "CUSTOM", "name": "n", "value": value}
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 3.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_value_the_store_cannot_take_fails_its_thread_only_and_the_others_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -40,14 +32,14 @@ async def test_a_value_the_store_cannot_take_fails_its_thread_only_and_the_other
     await hub.start()
     bad, good = await hub.channel("bad"), await hub.channel("good")
     await hub.publish(bad, custom(1))
-    await eventually(lambda: bad.persisted_seq == 1)
+    await eventually(lambda: bad.persisted_seq == 1, 3.0)
     caplog.set_level(logging.ERROR, logger="agui_hub")
 
     assert (await hub.publish(bad, custom("x" * 10_000))).error is None  # answered, stored behind
     await hub.publish(bad, custom(3))  # queued behind it, before the failure is known
     for n in range(3):
         await hub.publish(good, custom(n))
-    await eventually(lambda: good.persisted_seq == 3)  # not stuck behind the bad write
+    await eventually(lambda: good.persisted_seq == 3, 3.0)  # not stuck behind the bad write
 
     stored = await store.load("good")
     assert stored is not None and [e["value"] for e in stored.log] == [0, 1, 2]
@@ -64,7 +56,7 @@ async def test_a_value_the_store_cannot_take_fails_its_thread_only_and_the_other
     assert refused.error is not None and refused.error.code == "unavailable"
     assert bad.thread.seq == 3
     await hub.publish(good, custom(3))
-    await eventually(lambda: good.persisted_seq == 4)
+    await eventually(lambda: good.persisted_seq == 4, 3.0)
     failures = [r for r in caplog.records if "thread bad" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info is not None  # logged once, with why
     await hub.close(flush_timeout=5.0)
@@ -90,8 +82,8 @@ async def test_a_transient_store_error_is_retried_until_the_store_takes_the_writ
     await hub.start()
     channel = await hub.channel("t")
     await hub.publish(channel, custom(1))
-    await eventually(lambda: not hub.store_ok)
-    await eventually(lambda: channel.persisted_seq == 1)
+    await eventually(lambda: not hub.store_ok, 3.0)
+    await eventually(lambda: channel.persisted_seq == 1, 3.0)
     assert hub.store_ok
     stored = await store.load("t")
     assert stored is not None and [e["value"] for e in stored.log] == [1]

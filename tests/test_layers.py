@@ -1,25 +1,53 @@
 """The rooms of the code base keep their doors: product code never imports the benchmarks
 (``hub.bench``), and the pure parts (core, wire, errors) never import the server. Read from
-the source with ``ast``, so a lazy import inside a function counts too."""
+the source with ``ast``, so a lazy import inside a function counts too; relative imports are
+resolved to the modules they name.
+
+The Python client carries the pure parts the client runs (:data:`CARRIED`) as
+``agui_hub_client._hub`` (symlinks to these very files): so they import nothing of the hub but
+each other, and that only relatively (``from ..errors import X``), which resolves to
+``hub.errors`` here and to ``agui_hub_client._hub.errors`` in the client."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-HUB = Path(__file__).resolve().parents[1] / "hub"
+ROOT = Path(__file__).resolve().parents[1]
+HUB = ROOT / "hub"
+#: What the client carries of the hub, relative to ``hub/``: ``agui_hub_client/_hub`` links
+#: to each (clients/python/pyproject.toml says why).
+CARRIED = ("core", "wire", "errors.py", "receipts/model.py")
+CLIENT_HUB = ROOT / "clients" / "python" / "agui_hub_client" / "_hub"
 
 #: Where ``agui-hub bench`` is dispatched: the command line may start a benchmark.
 ENTRY_POINTS = {"server/cli.py"}
 
 
-def imports(path: Path) -> set[str]:
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(HUB.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, *, relative: bool = True) -> set[str]:
+    """The modules ``path`` imports, relative imports resolved (``from ..errors import X`` in
+    ``hub/core/patch.py`` is ``hub.errors``; ``from . import x`` names ``package.x`` too), or
+    left out when not ``relative``."""
     found: set[str] = set()
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level > 0 and relative:
+            base = package[: len(package) - (node.level - 1)]
+            if node.module is None:
+                found.update(".".join([*base, alias.name]) for alias in node.names)
+            else:
+                found.add(".".join([*base, node.module]))
     return found
 
 
@@ -47,11 +75,6 @@ def test_the_pure_parts_never_import_the_server() -> None:
         if name.split(".")[:2] in (["hub", "server"], ["hub", "store"], ["hub", "bench"])
     ]
     assert offenders == []
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(HUB.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def test_no_two_modules_import_each_other_round_a_circle() -> None:
@@ -83,3 +106,32 @@ def test_no_two_modules_import_each_other_round_a_circle() -> None:
         if name not in seen:
             visit(name, [name])
     assert circles == []
+
+
+def carried() -> list[Path]:
+    return [p for c in CARRIED for p in ([HUB / c] if c.endswith(".py") else modules(c))]
+
+
+def test_what_the_client_carries_imports_nothing_of_the_hub_but_itself_and_relatively() -> None:
+    own = {module_name(p) for p in carried()}
+    absolute = [
+        f"{path.relative_to(HUB)}: {name}"
+        for path in carried()
+        for name in imports(path, relative=False)
+        if name == "hub" or name.startswith("hub.")
+    ]
+    assert absolute == [], "absolute imports of the hub would not resolve in the client"
+    outside = [
+        f"{path.relative_to(HUB)}: {name}"
+        for path in carried()
+        for name in imports(path) - imports(path, relative=False)
+        if name not in own and name.rsplit(".", 1)[0] not in own
+    ]
+    assert outside == [], "relative imports of what the client does not carry"
+
+
+def test_the_client_links_to_exactly_what_it_carries() -> None:
+    links = sorted(str(p.relative_to(CLIENT_HUB)) for p in CLIENT_HUB.rglob("*") if p.is_symlink())
+    assert links == sorted(CARRIED)
+    for name in CARRIED:
+        assert (CLIENT_HUB / name).resolve() == (HUB / name).resolve(), name

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from hub.core.streaming import CHUNK_OF, STREAMING, Event, Streaming
-from hub.core.thread import Thread
+from .streaming import CHUNK_OF, STREAMING, Event, Streaming
+from .thread import Thread
 
 #: Why a consumer gets a snapshot. Every one is counted in metrics.
 CAUSES = (

@@ -17,8 +17,8 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from hub.core.patch import Document, apply_patch, check_patch
-from hub.errors import InvalidSequence
+from ..errors import InvalidSequence
+from .patch import Document, apply_patch, check_patch
 
 Message = dict[str, Any]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from jsonpointer import JsonPointer, JsonPointerException
 
-from hub.errors import MalformedPatch, PatchFailed
-from hub.wire.pointer import is_json_pointer
+from ..errors import MalformedPatch, PatchFailed
+from ..wire.pointer import is_json_pointer
 
 KNOWN_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
 _INDEX = re.compile(r"^(0|[1-9][0-9]*)$")

@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hub.core.messages import MessageLog
-from hub.core.patch import Document, apply_patch, check_patch
-from hub.core.streaming import (
+from ..errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
+from .messages import MessageLog
+from .patch import Document, apply_patch, check_patch
+from .streaming import (
     BY_CONTENT,
     BY_END,
     BY_START,
@@ -26,7 +27,6 @@ from hub.core.streaming import (
     Streaming,
     item_key,
 )
-from hub.errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
 
 __all__ = ["BY_END", "BY_START", "STREAMING", "Event", "Outcome", "Thread", "item_key"]
 

@@ -35,7 +35,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, SchemaValidator, core_schema
 
-from hub.errors import InvalidReceipt
+from ..errors import InvalidReceipt
 
 #: The lifecycle of one handoff attempt, in lifecycle order (the classifier's tie-break rank).
 EVENTS: tuple[str, ...] = (

@@ -12,7 +12,7 @@ import msgpack
 from websockets.frames import Frame as WsFrame
 from websockets.frames import Opcode
 
-from hub.errors import BadFrame, LimitExceeded
+from ..errors import BadFrame, LimitExceeded
 
 Encoding = Literal["json", "msgpack"]
 JSON: Encoding = "json"

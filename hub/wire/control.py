@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hub.errors import Forbidden, HubError, PeerError, UnknownCommand
+from ..errors import Forbidden, HubError, PeerError, UnknownCommand
 
 WELCOME = "hub.welcome"
 ERROR = "hub.error"

@@ -9,8 +9,8 @@ from ag_ui.core import Event as AguiEvent
 from ag_ui.core import EventType
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from hub.errors import InvalidEvent, MalformedPatch
-from hub.wire.pointer import is_json_pointer
+from ..errors import InvalidEvent, MalformedPatch
+from .pointer import is_json_pointer
 
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AguiEvent)
 EVENT_TYPES = frozenset(str(member.value) for member in EventType)

@@ -15,7 +15,7 @@ which :class:`~hub.errors.LimitExceeded` (``frame_too_large``) is raised.
 
 from __future__ import annotations
 
-from hub.errors import LimitExceeded
+from ..errors import LimitExceeded
 
 _BOM = b"\xef\xbb\xbf"
 

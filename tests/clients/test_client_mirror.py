@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from agui_hub_client import Mirror
+from agui_hub_client import Mirror, errors
+from agui_hub_client._hub.wire import codec
+from agui_hub_client._wire import unpack
 from agui_hub_client.mirror import Step
 
+import hub.errors
+import hub.wire.codec
 from hub.core.consumer import ConsumerView, sync_frames
 from hub.core.thread import Thread
 
@@ -144,6 +149,26 @@ def test_hub_errors_are_reported_not_applied() -> None:
     value = {"code": "conflict", "message": "edit rejected"}
     step = mirror.receive({"type": "CUSTOM", "name": "hub.error", "value": value})
     assert step.error == value and step.applied is None
+
+
+def test_frames_the_hubs_codec_refuses_are_undecodable_whatever_the_reason() -> None:
+    """The consumer skips an undecodable frame (``ValueError``): a frame nested too deeply is
+    one too (``LimitExceeded``, not only ``BadFrame``), instead of escaping as a hub error."""
+    for data in ("[1]", "{", "[" * 100_000 + "]" * 100_000, b"\xc1"):
+        with pytest.raises(ValueError):
+            unpack(data)
+
+
+def test_the_client_runs_its_own_copy_of_the_hubs_code_and_exports_its_errors() -> None:
+    # The same file under two names: the same code, two modules (and two sets of classes).
+    assert codec.__file__ is not None and hub.wire.codec.__file__ is not None
+    assert Path(codec.__file__).resolve() == Path(hub.wire.codec.__file__).resolve()
+    assert codec.BadFrame is errors.BadFrame is not hub.errors.BadFrame
+    for name in ("HubError", "PeerError", "BadFrame", "LimitExceeded"):
+        assert getattr(errors, name).__module__ == "agui_hub_client._hub.errors", name
+        assert name in errors.__all__
+    with pytest.raises(errors.BadFrame):
+        codec.decode("[1]")
 
 
 def test_drop_next_loses_exactly_that_many_live_events() -> None:

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from hub.errors import BadFrame
-from hub.wire.codec import MSGPACK_SUBPROTOCOL, decode, encode
-from hub.wire.control import ERROR, WELCOME
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.typing import Subprotocol
 
+from agui_hub_client._hub.errors import PeerError
+from agui_hub_client._hub.wire.codec import MSGPACK_SUBPROTOCOL, decode, encode
+from agui_hub_client._hub.wire.control import ERROR, WELCOME
 from agui_hub_client.errors import HandshakeFailed
 
 Encoding = Literal["json", "msgpack"]
@@ -73,10 +73,11 @@ def pack(obj: Any, encoding: Encoding) -> str | bytes:
 
 
 def unpack(data: str | bytes) -> Event:
-    """Decode one frame; raise :class:`ValueError` if it is not one object."""
+    """Decode one frame; raise :class:`ValueError` if it is not one object (or nests deeper
+    than the codec takes: ``LimitExceeded`` ``too_deep``, a ``PeerError`` as ``BadFrame`` is)."""
     try:
         return decode(data)
-    except BadFrame as exc:
+    except PeerError as exc:
         raise ValueError(exc.message) from None
 
 

@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import httpx
-from hub.wire.control import WELCOME
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from agui_hub_client._http import HttpClient, Proxy, Verify
+from agui_hub_client._hub.wire.control import WELCOME
 from agui_hub_client._wire import (
     Encoding,
     Event,

@@ -1,9 +1,31 @@
 """Errors the client raises. Errors the hub reports are data (``hub.error`` values), not these,
-except the answers to the commands that wait for one (:class:`RunError`)."""
+except the answers to the commands that wait for one (:class:`RunError`).
+
+The hub's error classes come from the client's private copy of the hub's pure code
+(:mod:`agui_hub_client._hub`): the client turns those it meets into its own errors (a frame
+the hub's codec refuses is an undecodable frame, a refused receipt a ``ReceiptError``), and
+exports the tree here (:class:`HubError`, :class:`PeerError`, :class:`BadFrame`,
+:class:`LimitExceeded`) for code that handles one. Catch these names, not those of ``hub.errors``:
+where the hub is installed beside the client, ``hub.errors.BadFrame`` is another class.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from agui_hub_client._hub.errors import BadFrame, HubError, LimitExceeded, PeerError
+
+__all__ = [
+    "BadFrame",
+    "ClientError",
+    "ConnectionLost",
+    "HandshakeFailed",
+    "HubError",
+    "LimitExceeded",
+    "PeerError",
+    "ProtocolError",
+    "RunError",
+]
 
 
 class ClientError(Exception):

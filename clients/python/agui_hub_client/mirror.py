@@ -35,12 +35,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from hub.core.messages import Message, MessageLog
-from hub.core.patch import Document, apply_patch, check_patch
-from hub.core.streaming import Streaming
-from hub.errors import MalformedPatch, PatchFailed
-from hub.wire.control import ERROR, HEARTBEAT, RUN, WELCOME
-
+from agui_hub_client._hub.core.messages import Message, MessageLog
+from agui_hub_client._hub.core.patch import Document, apply_patch, check_patch
+from agui_hub_client._hub.core.streaming import Streaming
+from agui_hub_client._hub.errors import MalformedPatch, PatchFailed
+from agui_hub_client._hub.wire.control import ERROR, HEARTBEAT, RUN, WELCOME
 from agui_hub_client._wire import Event, hub_control
 
 #: Reasons a consumer gives the hub when it asks for a fresh snapshot.

@@ -7,10 +7,10 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from hub.wire.control import ACK, ERROR
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from agui_hub_client._hub.wire.control import ACK, ERROR
 from agui_hub_client._wire import (
     Encoding,
     Model,

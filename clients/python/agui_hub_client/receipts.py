@@ -133,8 +133,8 @@ def receipts_url(url: str) -> str:
 def validate(record: Mapping[str, Any]) -> Record:
     """A record checked by the hub's own model and returned as the hub stores it (``at`` in
     UTC, absent optional fields as null); :class:`ReceiptError` ``invalid_receipt`` if not."""
-    from hub.errors import InvalidReceipt
-    from hub.receipts.model import validate_record
+    from agui_hub_client._hub.errors import InvalidReceipt
+    from agui_hub_client._hub.receipts.model import validate_record
 
     try:
         model = validate_record(dict(record))

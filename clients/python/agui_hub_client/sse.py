@@ -24,10 +24,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from hub.errors import LimitExceeded
-from hub.wire.sse import SSEParser
 
 from agui_hub_client._http import HttpClient, HttpStream
+from agui_hub_client._hub.errors import LimitExceeded
+from agui_hub_client._hub.wire.sse import SSEParser
 from agui_hub_client._wire import unpack, welcome_value
 from agui_hub_client.errors import HandshakeFailed, ProtocolError
 

@@ -1,0 +1,1 @@
+../../../../../hub/receipts/model.py

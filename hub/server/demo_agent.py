@@ -27,7 +27,7 @@ import json
 import random
 import re
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, cast
 
 import h11
 from ag_ui.core import (
@@ -98,6 +98,10 @@ def fresh_state() -> dict[str, Any]:
     }
 
 
+#: What only this agent writes in its document (people edit titles and sections' text).
+OWN_KEYS = ("next_id", "status", "counters", "series")
+
+
 def usable(state: Any) -> bool:
     """Whether a thread's state has the shape this agent writes (else it starts afresh)."""
     if not isinstance(state, dict):
@@ -113,6 +117,40 @@ def usable(state: Any) -> bool:
         and isinstance(state.get("counters"), dict)
         and isinstance(state.get("title"), str)
     )
+
+
+def adopt(state: Any) -> dict[str, Any]:
+    """The document this agent writes, keeping what a thread's state already holds of one.
+
+    A usable state is taken as it is. A document another agent wrote (the README's first
+    agent: a title and sections with ids, none of this agent's own keys) keeps its title and
+    sections and gets what else this agent keeps (a free section number, status, counters,
+    series), so the demo agent adds to it instead of replacing it. Anything else, a document
+    of this agent's that was broken included, is a fresh document."""
+    if usable(state):
+        return cast(dict[str, Any], state)
+    fresh = fresh_state()
+    if not isinstance(state, dict) or any(key in state for key in OWN_KEYS):
+        return fresh
+    sections = state.get("sections", [])
+    if not isinstance(sections, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("id"), str) for s in sections
+    ):
+        return fresh
+    taken = {s["id"] for s in sections}
+    number = len(sections) + 1
+    while f"s{number}" in taken:
+        number += 1
+    title = state.get("title")
+    counters = {**fresh["counters"], "words": _words(sections), "sections": len(sections)}
+    return {
+        **fresh,
+        **state,
+        "title": title if isinstance(title, str) else fresh["title"],
+        "sections": sections,
+        "next_id": number,
+        "counters": counters,
+    }
 
 
 class Writer:
@@ -248,8 +286,8 @@ class DemoAgent:
     async def run(self, run: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
         yield RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id)
         given: Any = copy.deepcopy(run.state)
-        state: dict[str, Any] = given if usable(given) else fresh_state()
-        if state is not given:
+        state = adopt(given)
+        if state != given:
             yield StateSnapshotEvent(snapshot=copy.deepcopy(state))
         writer = Writer(state, self.rng)
         last = run.messages[-1] if run.messages else None

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import jsonpatch
 import pytest
 from support import ROOT, Client, HubProcess, eventually
 
@@ -24,7 +26,15 @@ from hub.server.demo import (
     clock,
     watcher,
 )
-from hub.server.demo_agent import MAX_NOTES, NOTE, AgentServer, DemoAgent, fresh_state
+from hub.server.demo_agent import (
+    MAX_NOTES,
+    NOTE,
+    AgentServer,
+    DemoAgent,
+    Writer,
+    adopt,
+    fresh_state,
+)
 
 
 def test_the_demo_agent_edits_and_the_watcher_mirrors_it() -> None:
@@ -250,3 +260,28 @@ async def test_the_demo_seeds_the_operator_board_through_the_receipts_endpoint(
         "fetch-prices": "failed_outcome",
         "index-docs": "stuck",
     }
+
+
+def test_the_demo_agent_adds_to_a_document_another_agent_wrote() -> None:
+    """The README's first agent writes a title and sections of its own; the demo agent, run
+    on that thread afterwards, keeps them and adds its section after them (it used to start a
+    fresh document and wipe them)."""
+    theirs = {
+        "title": "My doc",
+        "sections": [
+            {"id": "s1", "title": "Intro", "text": "The intro."},
+            {"id": "s3", "title": "Design", "text": "The design."},
+        ],
+    }
+    adopted = adopt(theirs)
+    assert adopted["title"] == "My doc" and adopted["sections"] == theirs["sections"]
+    assert adopted["next_id"] == 4  # s3 is taken: the next section is s4
+    assert adopted["counters"]["sections"] == 2
+    held = jsonpatch.apply_patch(adopted, [])  # a copy: the writer keeps its own
+    ops = Writer(adopted, random.Random(1)).add_section("Conclusion", "The end.")
+    state = jsonpatch.apply_patch(held, ops)
+    assert [s["id"] for s in state["sections"]] == ["s1", "s3", "s4"]
+    # Its own document, broken, is still started afresh; anything else too.
+    assert adopt({**fresh_state(), "series": "broken"}) == fresh_state()
+    assert adopt({"sections": "nope"}) == fresh_state()
+    assert adopt(None) == fresh_state()

@@ -90,10 +90,15 @@ def check_depth(value: object, max_depth: int) -> None:
     while level:
         depth += 1
         if depth > max_depth:
-            raise LimitExceeded(
-                TOO_DEEP, f"the value nests more than {max_depth} levels deep", limit=max_depth
-            )
+            raise too_deep(max_depth)
         level = _next_level(level)
+
+
+def too_deep(max_depth: int) -> LimitExceeded:
+    """The ``too_deep`` error for a value nesting more than ``max_depth`` containers."""
+    return LimitExceeded(
+        TOO_DEEP, f"the value nests more than {max_depth} levels deep", limit=max_depth
+    )
 
 
 def depth_of(value: object) -> int:
@@ -106,7 +111,8 @@ def depth_of(value: object) -> int:
     return depth
 
 
-def _str_size(text: str) -> int:
+def str_size(text: str) -> int:
+    """The size in bytes of ``text`` as a JSON string (quotes and escapes included), UTF-8."""
     if text.isascii():
         return len(_encode_str(text))
     return len(_encode_str(text).encode("utf-8", "surrogatepass"))
@@ -124,7 +130,7 @@ def json_size(value: object, stop_after: int | None = None) -> int:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            total += _str_size(item)
+            total += str_size(item)
         elif item is None or item is True:
             total += 4
         elif item is False:
@@ -138,7 +144,7 @@ def json_size(value: object, stop_after: int | None = None) -> int:
             for key, child in item.items():
                 if not isinstance(key, str):
                     raise TypeError("JSON object keys must be strings")
-                total += _str_size(key) + 1  # the colon
+                total += str_size(key) + 1  # the colon
                 stack.append(child)
         elif isinstance(item, list | tuple):
             total += 2 + max(0, len(item) - 1)

@@ -76,7 +76,8 @@ def words(key: str) -> tuple[str, ...]:
     return _split(key)
 
 
-def _escape(token: str) -> str:
+def escape_token(token: str) -> str:
+    """An object key as a JSON Pointer token (RFC 6901: ``~`` and ``/`` escaped)."""
     if "~" not in token and "/" not in token:
         return token
     return token.replace("~", "~0").replace("/", "~1")
@@ -86,11 +87,13 @@ def _unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
-#: A JSON Pointer as a chain of (parent, escaped token) links; ``None`` is the root.
-_Path = tuple["_Path", str] | None
+#: A JSON Pointer as a chain of (parent, escaped token) links; ``None`` is the root. A walk keeps
+#: paths this way and spells one out (:func:`spell_pointer`) only for a finding.
+PointerPath = tuple["PointerPath", str] | None
 
 
-def _spell(prefix: str, path: _Path) -> str:
+def spell_pointer(prefix: str, path: PointerPath) -> str:
+    """The pointer ``path`` names, under ``prefix``."""
     tokens: list[str] = []
     while path is not None:
         path, token = path
@@ -172,11 +175,11 @@ class SecretPolicy:
         """
         found: list[str] = []
         matches = self.matches
-        stack: list[tuple[object, _Path]] = [(value, None)]
+        stack: list[tuple[object, PointerPath]] = [(value, None)]
         while stack:
             item, path = stack.pop()
             if isinstance(item, dict):
-                children: list[tuple[object, _Path]] = []
+                children: list[tuple[object, PointerPath]] = []
                 for key, child in item.items():
                     # true, false and null hold no secret and no keys.
                     if child is None or child is True or child is False or type(key) is not str:
@@ -185,9 +188,9 @@ class SecretPolicy:
                     hit = matches(key)
                     if not (hit or container):
                         continue
-                    child_path = (path, _escape(key))
+                    child_path = (path, escape_token(key))
                     if hit:
-                        found.append(_spell(prefix, child_path))
+                        found.append(spell_pointer(prefix, child_path))
                         if len(found) >= self.max_findings:
                             return found
                     if container:

@@ -1,5 +1,7 @@
 """The rooms of the code base keep their doors: product code never imports the benchmarks
-(``hub.bench``), and the pure parts (core, wire, errors) never import the server. Read from
+(``hub.bench``), the pure parts (core, wire, errors, and the validation of an event:
+validation, limits, secrets_scan) never import the server, and the server validates an event
+through the validation's one entry point. Read from
 the source with ``ast``, so a lazy import inside a function counts too; relative imports are
 resolved to the modules they name.
 
@@ -22,6 +24,11 @@ CLIENT_HUB = ROOT / "clients" / "python" / "agui_hub_client" / "_hub"
 
 #: Where ``agui-hub bench`` is dispatched: the command line may start a benchmark.
 ENTRY_POINTS = {"server/cli.py"}
+
+#: The rooms below the server (folders or modules of ``hub/``): no server, stores or benchmarks.
+PURE = ("core", "wire", "errors.py", "validation.py", "limits.py", "secrets_scan.py")
+#: What the server takes from ``hub.validation``: its one entry point and its types.
+VALIDATION_DOOR = {"EventCheck", "Checked", "ThreadView", "ACCEPTED"}
 
 
 def module_name(path: Path) -> str:
@@ -52,7 +59,12 @@ def imports(path: Path, *, relative: bool = True) -> set[str]:
 
 
 def modules(*rooms: str) -> list[Path]:
-    return [p for room in rooms for p in sorted((HUB / room).rglob("*.py"))]
+    """The modules of ``rooms``: folders of ``hub/`` (every module in them) or modules."""
+    return [
+        p
+        for room in rooms
+        for p in ([HUB / room] if room.endswith(".py") else sorted((HUB / room).rglob("*.py")))
+    ]
 
 
 def test_product_code_never_imports_the_benchmarks() -> None:
@@ -70,11 +82,29 @@ def test_product_code_never_imports_the_benchmarks() -> None:
 def test_the_pure_parts_never_import_the_server() -> None:
     offenders = [
         f"{path.relative_to(HUB)}: {name}"
-        for path in modules("core", "wire")
+        for path in modules(*PURE)
         for name in imports(path)
         if name.split(".")[:2] in (["hub", "server"], ["hub", "store"], ["hub", "bench"])
     ]
     assert offenders == []
+    assert all(path.is_file() for path in modules(*PURE))  # a room renamed fails here
+
+
+def test_the_server_validates_an_event_through_one_door() -> None:
+    """hub.validation walks an event once behind one entry point (EventCheck.check): the
+    server takes that and its types, never the pieces, and only the guard calls it."""
+    server = modules("server")
+    taken = [
+        f"{path.relative_to(HUB)}: {alias.name}"
+        for path in server
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and node.module == "hub.validation"
+        for alias in node.names
+        if alias.name not in VALIDATION_DOOR
+    ]
+    assert taken == []
+    users = [str(p.relative_to(HUB)) for p in server if "hub.validation" in imports(p)]
+    assert users == ["server/guard.py"]
 
 
 def test_no_two_modules_import_each_other_round_a_circle() -> None:

@@ -1,7 +1,10 @@
 """The hub's perimeter: who may connect, to what, and how much they may send.
 
 One :class:`Guard` per server holds the pure pieces of :mod:`hub.auth`, :mod:`hub.limits` and
-:mod:`hub.secrets_scan` and applies them to connections and events. Every refusal is a
+:mod:`hub.validation` and applies them to connections and events. What an event holds (sizes,
+depth, secrets, the state's growth, the message count) is checked below the server, in
+:mod:`hub.validation`, behind one call; the guard keeps what needs a clock or the node: rates,
+admissions, the tenants' connections and threads, reserved threads. Every refusal is a
 :class:`~hub.errors.PeerError` with a stable code, counted in ``agui_hub_refused_total``.
 """
 
@@ -10,12 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from jsonpointer import resolve_pointer
 
 from hub.auth import (
     AGENT,
@@ -25,40 +25,14 @@ from hub.auth import (
     check_origin,
     tenant_key,
 )
-from hub.core.patch import check_op, patched_size
 from hub.core.thread import Thread
-from hub.errors import Forbidden, LimitExceeded, MalformedPatch, PatchFailed, PeerError
-from hub.limits import (
-    TOO_MANY_MESSAGES,
-    TokenBucket,
-    check_depth,
-    check_rate,
-    json_size,
-    pace,
-)
+from hub.errors import Forbidden, PeerError
+from hub.limits import TokenBucket, check_rate, pace
 from hub.server.config import Config
 from hub.server.metrics import Metrics
+from hub.validation import EventCheck, ThreadView
 
 log = logging.getLogger("agui_hub.guard")
-
-#: Events after which a thread's state size is measured again, whatever the bound says.
-REMEASURE = 1000
-
-#: Events that add a message to a thread.
-_NEW_MESSAGE = frozenset(
-    {
-        "TEXT_MESSAGE_START",
-        "TOOL_CALL_START",
-        "REASONING_START",
-        "REASONING_MESSAGE_START",
-        "ACTIVITY_SNAPSHOT",
-        "TEXT_MESSAGE_CHUNK",
-        "TOOL_CALL_CHUNK",
-        "REASONING_MESSAGE_CHUNK",
-        "TOOL_CALL_RESULT",
-        "ACTIVITY_DELTA",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -81,12 +55,10 @@ class Guard:
         auth = config.auth
         configured = auth is not None and auth.configured
         self.auth = Authenticator(auth) if configured else Authenticator.open()
-        #: Per thread: (seq when measured, an upper bound of its state's JSON size).
-        self._sizes: weakref.WeakKeyDictionary[Thread, tuple[int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
         self.limits = config.limits
         self.secrets = config.secrets
+        #: Every check of an event's content (pure: hub.validation); the guard counts refusals.
+        self.events = EventCheck(self.limits, self.secrets, flagged=self._secrets)
         self.connections = self.limits.connection_counter()
         self.threads = self.limits.thread_registry()
         #: Whether the node has a thread (tenant key) loaded: set by the server that owns
@@ -239,148 +211,18 @@ class Guard:
 
     def check_event(self, thread: Thread, event: dict[str, Any]) -> None:
         """The limits and the secrets policy for one validated event about to be published to
-        ``thread``. Raises before anything changed."""
+        ``thread`` (:meth:`hub.validation.EventCheck.check`). Raises before anything changed;
+        a STATE_DELTA that passes is handed to the thread as checked
+        (:meth:`Thread.trust_patch`), so publishing it does not walk it again."""
         try:
-            self._check_event(thread, event)
+            checked = self.events.check(thread, event)
         except PeerError as exc:
             self.refused(exc.code)
             raise
+        if checked.patch is not None:
+            thread.trust_patch(checked.patch)
 
-    def _check_event(self, thread: Thread, event: dict[str, Any]) -> None:
-        limits = self.limits
-        kind = event["type"]
-        if kind == "STATE_SNAPSHOT":
-            limits.check_state(event["snapshot"])
-            self._secrets(thread, self.secrets.check_state(event["snapshot"]))
-            self._sizes[thread] = (thread.seq, json_size(event["snapshot"]))
-        elif kind == "STATE_DELTA":
-            self._check_delta(thread, event["delta"])
-        elif kind == "MESSAGES_SNAPSHOT":
-            limits.check_messages(len(event["messages"]))
-        elif kind == "ACTIVITY_DELTA":
-            limits.check_patch(event["patch"])
-            activity = thread.messages.get(event["messageId"])
-            content = activity.get("content") if activity is not None else {}
-            self._check_patch_depth(content, event["patch"], base=2)  # messages[i].content
-        if (
-            kind in _NEW_MESSAGE
-            and len(thread.messages) >= limits.max_messages_per_thread
-            and not any(thread.messages.get(i) is not None for i in _message_ids(event))
-        ):
-            raise LimitExceeded(
-                TOO_MANY_MESSAGES,
-                f"a thread may hold at most {limits.max_messages_per_thread} messages",
-                limit=limits.max_messages_per_thread,
-            )
-
-    def _check_delta(self, thread: Thread, ops: list[dict[str, Any]]) -> None:
-        """Every check of a STATE_DELTA's ops in one walk, raising in the order they apply:
-        the op count, the depth of what each op writes, the secrets policy, the state size.
-
-        The walk also checks the patch's structure as the core does; a patch that passes is
-        handed to the thread as checked (:meth:`Thread.trust_patch`), so publishing it does
-        not walk it again. A malformed one is left to the core to refuse, as before."""
-        self.limits.check_patch(ops)
-        secrets = self.secrets
-        scan = secrets.mode != "off"
-        found: list[str] = []
-        full = False
-        grows = 0
-        copies = False
-        wellformed = True
-        doc = thread.state
-        limit = self.limits.max_depth
-        for i, op in enumerate(ops):
-            if wellformed:
-                try:
-                    wellformed = check_op(i, op)
-                except MalformedPatch:
-                    wellformed = False
-            self._check_op_depth(doc, op, limit)
-            if scan and not full:
-                full = secrets.scan_op(op, found)
-            # What an op can add: its value, and a new member's key (quotes, colon, comma).
-            # A copy can add anything the state holds: only an exact measure bounds it.
-            if "value" in op:
-                grows += json_size(op["value"]) + _key_bound(op.get("path"))
-            elif op.get("op") == "copy":
-                copies = True
-            elif op.get("op") == "move":
-                grows += _key_bound(op.get("path"))
-        if scan:
-            self._secrets(thread, secrets.judge(found[: secrets.max_findings]))
-        self._check_growth(thread, ops, grows, exact=copies)
-        if wellformed:
-            thread.trust_patch(ops)
-
-    def _check_patch_depth(self, doc: Any, ops: list[dict[str, Any]], base: int = 0) -> None:
-        """A value written deep makes the document deeper than the value is: the path's depth
-        counts, and for ``copy``/``move`` the depth of what is copied from the document."""
-        limit = self.limits.max_depth - base
-        for op in ops:
-            self._check_op_depth(doc, op, limit)
-
-    @staticmethod
-    def _check_op_depth(doc: Any, op: dict[str, Any], limit: int) -> None:
-        path = op.get("path")
-        if not isinstance(path, str):
-            return  # the core refuses it as malformed
-        if "value" in op:
-            value = op["value"]
-        elif op.get("op") in ("copy", "move") and isinstance(op.get("from"), str):
-            try:
-                value = resolve_pointer(doc, op["from"], None)
-            except Exception:
-                return  # a malformed pointer: the core refuses the patch
-        else:
-            return
-        depth = path.count("/")
-        if depth > limit:
-            check_depth([value], 0)  # past the limit whatever the value
-        if isinstance(value, dict | list | tuple):  # a scalar is 0 deep: always within
-            check_depth(value, max(0, limit - depth))
-
-    def _check_growth(
-        self, thread: Thread, ops: list[dict[str, Any]], grows: int, *, exact: bool = False
-    ) -> None:
-        """The state size limit for a delta, without measuring the whole state each time: a
-        patch can grow the state by at most what its ops carry (``grows``: the size of their
-        values), so the hub keeps an upper bound and measures exactly only when the bound
-        passes the limit, or every ``REMEASURE`` events (other nodes' deltas do not pass this
-        node's guard). Once measured near the limit, the thread's document keeps its size
-        exact through every patch (hub.core.patch), so a delta there costs what it touches,
-        never a copy or a walk of the state."""
-        limit = self.limits.max_state_bytes
-        size = thread.doc.size
-        if size is not None:
-            if exact or size + grows > limit:
-                self._patched_size(thread, ops)  # raises state_too_large
-            return
-        if exact:  # a copy: measured exactly (from here on the size is kept)
-            self._patched_size(thread, ops)
-            return
-        measured = self._sizes.get(thread)
-        if measured is None or thread.seq - measured[0] > REMEASURE:
-            measured = (thread.seq, json_size(thread.state, stop_after=limit + 1))
-        bound = measured[1] + grows
-        if bound > limit:
-            bound = self._patched_size(thread, ops)  # raises state_too_large
-        self._sizes[thread] = (measured[0], bound)
-
-    def _patched_size(self, thread: Thread, ops: list[dict[str, Any]]) -> int:
-        """The exact size of the state after ``ops``; ``state_too_large`` past the limit."""
-        doc = thread.doc
-        if doc.size is None:  # one walk, once: from here on every patch keeps it exact
-            doc.measured(json_size(thread.state), json_size)
-        assert doc.size is not None
-        try:
-            size = patched_size(doc, ops, doc.size, json_size)
-        except (PatchFailed, MalformedPatch, KeyError, TypeError):
-            return doc.size  # the core reports a patch that does not apply
-        self.limits.check_state_size(size)
-        return size
-
-    def _secrets(self, thread: Thread, found: list[str]) -> None:
+    def _secrets(self, thread: ThreadView, found: list[str]) -> None:
         if found:
             self.metrics.inc("agui_hub_secret_keys_total", len(found))
             log.warning(
@@ -391,17 +233,3 @@ class Guard:
 
     def refused(self, code: str) -> None:
         self.metrics.inc("agui_hub_refused_total", code=code)
-
-
-def _key_bound(path: object) -> int:
-    """At most what a member named by ``path``'s last token adds besides its value: the key as
-    JSON (never longer than its pointer form's), a colon and a comma."""
-    if not isinstance(path, str):
-        return 0
-    return json_size(path.rpartition("/")[2]) + 2
-
-
-def _message_ids(event: dict[str, Any]) -> list[str]:
-    """The messages an event may continue rather than add."""
-    ids = (event.get("messageId"), event.get("parentMessageId"))
-    return [i for i in ids if isinstance(i, str)]

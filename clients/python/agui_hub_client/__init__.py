@@ -8,6 +8,7 @@ from agui_hub_client.errors import (
     HandshakeFailed,
     ProtocolError,
     RunError,
+    RunNotSeen,
 )
 from agui_hub_client.mirror import Mirror, Step
 from agui_hub_client.producer import Producer
@@ -26,5 +27,6 @@ __all__ = [
     "Receipts",
     "ReceiptsUndelivered",
     "RunError",
+    "RunNotSeen",
     "Step",
 ]

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -34,7 +34,7 @@ from agui_hub_client._wire import (
     unpack,
     with_position,
 )
-from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed
+from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed, RunNotSeen
 from agui_hub_client.http_runs import HttpRuns
 from agui_hub_client.mirror import Mirror, Step
 from agui_hub_client.socket_runs import RUN_ENDS, SocketRuns
@@ -42,6 +42,8 @@ from agui_hub_client.sse import CLOSE_REJOIN, EventStream, last_event_id, open_s
 
 log = logging.getLogger("agui_hub_client")
 
+#: How many runs this copy has seen (open, or ended) are remembered, for :meth:`Consumer.run`.
+KEPT_RUNS = 32
 #: How frames reach a consumer: a WebSocket, or the thread's event stream (read-only).
 TRANSPORTS = ("websocket", "sse")
 Transport = Literal["websocket", "sse"]
@@ -176,6 +178,9 @@ class Consumer:
         self._closing = False
         self._done = False
         self._lost: BaseException | None = None
+        #: Runs this copy has seen open (their RUN_STARTED, live or in a repair) or ended,
+        #: newest last: what run() waits for, as the hub's answer may come before the run.
+        self._seen_runs: OrderedDict[str, None] = OrderedDict()
         #: Runs as commands on the socket, or (SSE) HTTP requests.
         self._socket_runs = SocketRuns(self._send)
         #: SSE: the stream and the runs' requests, through one httpx client (one pool).
@@ -362,6 +367,7 @@ class Consumer:
             return
         open_run = self.mirror.run_id
         step = self.mirror.receive(frame)
+        self._saw_runs(frame, step, open_run)
         for command in step.send:
             if isinstance(ws, EventStream):
                 self._rejoin(ws, command)
@@ -374,6 +380,19 @@ class Consumer:
                 self._http_runs.saw_end(ended, frame)
         self._socket_runs.received(frame, step, open_run)
         self._on_step(step)
+
+    def _saw_runs(self, frame: Event, step: Step, open_run: str | None) -> None:
+        """Note the runs the copy has now seen: the one it holds open, and one whose end it
+        just applied (a run may open and end between two looks)."""
+        seen = [self.mirror.run_id]
+        if step.applied is not None and frame.get("type") in RUN_ENDS:
+            seen.append(frame.get("runId") or open_run)
+        for run_id in seen:
+            if isinstance(run_id, str):
+                self._seen_runs[run_id] = None
+                self._seen_runs.move_to_end(run_id)
+        while len(self._seen_runs) > KEPT_RUNS:
+            self._seen_runs.popitem(last=False)
 
     def _rejoin(self, stream: EventStream, command: dict[str, Any]) -> None:
         """SSE: a copy that needs repairing (``hub.resync``) drops its stream; the next one is
@@ -470,16 +489,23 @@ class Consumer:
         """Have the hub run its upstream agent ``agent`` (``agui-hub serve --agent NAME=URL``)
         on this thread, with ``messages`` (AG-UI messages, camelCase dicts or ``ag_ui.core``
         models; those the thread lacks, by id, are added to it before the agent answers).
-        Returns the run's id once the hub has opened the run.
+        Returns the run's id once the run is open in this consumer's copy: the hub has opened
+        it and this copy has applied its ``RUN_STARTED`` (or, for a run already over, its end),
+        so ``c.run_id`` is the run until it ends, and ``wait_until(lambda c: c.run_id is
+        None)`` right after waits for its end. The same over SSE, where the hub's answer (a
+        ``202``) may come before the run reaches the stream.
 
         The hub posts the thread's state and messages, and ``tools``, ``context`` and
         ``forwarded_props`` as given, to the agent; its events come to every consumer of the
-        thread, this one included (:meth:`wait_until` the run's end, e.g. ``c.run_id is None``).
+        thread, this one included.
 
+        ``timeout`` bounds the whole: the hub's answer, then the run reaching the copy.
         Raises :class:`RunError` with the hub's code (``unknown_agent``, ``run_in_progress``:
         one run at a time per thread, ``forbidden``, ``bad_request``...), ``TimeoutError``
-        if no answer came in ``timeout`` seconds, :class:`ConnectionLost` if the connection
-        dropped first (in both cases the run may have started). Over SSE the run is a ``POST
+        if no answer came in time, :class:`RunNotSeen` (a ``TimeoutError`` with the
+        ``run_id``) if the hub opened the run but this copy did not see it in time (the run
+        goes on: ``cancel`` ends it), :class:`ConnectionLost` if the connection dropped
+        first (the run may have started). Over SSE the run is a ``POST
         /v1/threads/{id}/runs``, refused with the same codes.
         """
         command = {
@@ -490,11 +516,30 @@ class Consumer:
             "context": [event_dict(c) for c in context or ()],
             "forwardedProps": {} if forwarded_props is None else forwarded_props,
         }
+        deadline = asyncio.get_running_loop().time() + timeout
         if self.transport == "sse":
             self._need_open()
             body = {k: v for k, v in command.items() if k != "type"}
-            return await self._http_runs.run(body, timeout)
-        return await self._socket_runs.run(command, timeout)
+            run_id = await self._http_runs.run(body, timeout)
+        else:
+            run_id = await self._socket_runs.run(command, timeout)
+        await self._until_seen(run_id, deadline, timeout)
+        return run_id
+
+    async def _until_seen(self, run_id: str, deadline: float, timeout: float) -> None:
+        """Wait, until ``deadline``, for this copy to have seen the run ``run_id``."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                while run_id not in self._seen_runs:
+                    if self._done:
+                        why = self._lost or "the consumer is closed"
+                        raise ConnectionLost(
+                            f"the hub opened run {run_id}, but this consumer stopped before"
+                            f" its copy saw it: {why}"
+                        )
+                    await self._changed.wait()
+        except TimeoutError:
+            raise RunNotSeen(run_id, timeout) from None
 
     async def cancel(self, run_id: str, *, timeout: float = 10.0) -> Event:
         """End the open run ``run_id`` (every consumer gets ``RUN_ERROR`` code ``cancelled``).

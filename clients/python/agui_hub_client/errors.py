@@ -25,6 +25,7 @@ __all__ = [
     "PeerError",
     "ProtocolError",
     "RunError",
+    "RunNotSeen",
 ]
 
 
@@ -64,3 +65,18 @@ class RunError(ClientError):
         self.code = code
         self.message = message
         self.value = dict(value or {})
+
+
+class RunNotSeen(ClientError, TimeoutError):
+    """:meth:`Consumer.run <agui_hub_client.Consumer.run>` ran out of time after the hub had
+    opened the run (``run_id``), before this consumer's copy saw it open (its ``RUN_STARTED``):
+    the copy is behind (a stalled stream, a repair under way). The run goes on at the hub;
+    ``cancel(run_id)`` ends it. A ``TimeoutError``, as when the hub does not answer."""
+
+    def __init__(self, run_id: str, timeout: float) -> None:
+        super().__init__(
+            f"the hub opened run {run_id}, but this consumer's copy did not see its RUN_STARTED"
+            f" within {timeout:g} s; the run goes on at the hub (cancel({run_id!r}) ends it)"
+        )
+        self.run_id = run_id
+        self.timeout = timeout

@@ -37,6 +37,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -118,10 +119,16 @@ class Upstream:
     # -- starting and cancelling ----------------------------------------------------------------
 
     async def start(
-        self, channel: Channel, command: control.Run, run_id: str | None = None
+        self,
+        channel: Channel,
+        command: control.Run,
+        run_id: str | None = None,
+        on_open: Callable[[Thread], None] | None = None,
     ) -> dict[str, str]:
         """Open a run on the thread and start calling the agent: ``{threadId, runId}``. The
-        run's id is ``run_id`` when the caller chose one (``HttpAgent`` does), else new."""
+        run's id is ``run_id`` when the caller chose one (``HttpAgent`` does), else new.
+        ``on_open`` is called with the thread as the run opens in it (its state then is the
+        agent's input state), before anything else reaches it."""
         target = self.config.agents.get(command.agent)
         if target is None:
             raise UnknownAgent("no agent of that name is configured")
@@ -161,6 +168,8 @@ class Upstream:
                 )
                 if "parentRunId" in started:
                     built["parentRunId"] = started["parentRunId"]
+                if on_open is not None:
+                    on_open(thread)
             return outcome
 
         store = self.hub.store

@@ -256,6 +256,16 @@ async def test_http_agent_on_one_node_and_consumers_on_the_other_end_in_the_same
                 {"id": f"m-r-{number}", "role": "assistant", "content": f"run number {number}"}
             ]
         assert verdict["warnings"] == []  # nothing stripped, nothing failed to apply
+        # The tab's forged state is not the thread's: run 1 told it the thread's, once, in a
+        # sync STATE_SNAPSHOT after the hub's opening frames; run 2 began from what it held.
+        synced = [e for e in first["events"] if e["metadata"]["hub"].get("sync")]
+        assert [(e["type"], e["snapshot"]) for e in synced] == [("STATE_SNAPSHOT", {})]
+        assert [e["type"] for e in first["events"][:3]] == [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+        ]
+        assert not any(e["metadata"]["hub"].get("sync") for e in second["events"])
         assert second["events"][0]["parentRunId"] == "r-1"
         assert first["input"]["state"] == {"forged": True}  # what HttpAgent sent...
         assert agent.inputs[0]["state"] == {}  # ...and what the agent got: the thread's
@@ -286,12 +296,35 @@ async def test_http_agent_on_one_node_and_consumers_on_the_other_end_in_the_same
             await watcher.saw_end("r-2")
             await watcher.until(lambda w: w.mirror.seq >= view["seq"])
             for number, run in enumerate(verdict["runs"], 1):
-                assert run_events(watcher.frames, f"r-{number}") == run["events"], watcher.kind
+                live = [e for e in run["events"] if not e["metadata"]["hub"].get("sync")]
+                assert run_events(watcher.frames, f"r-{number}") == live, watcher.kind
             assert watcher.asked == [], watcher.kind  # nothing lost, nothing failed to apply
             assert watcher.mirror.awaiting is None
             assert (watcher.mirror.epoch, watcher.mirror.seq) == (view["epoch"], view["seq"])
             assert watcher.mirror.state == watcher.state == view["state"], watcher.kind
             assert watcher.mirror.messages.items == view["messages"], watcher.kind
+
+        # A new tab (its own state empty) runs the agent on the thread as it now stands: the
+        # agent's deltas build on the thread's state, which the tab is given first, so the
+        # official client applies every one and ends where the hub does.
+        late = await http_agent(
+            {
+                "url": f"{b.http}/v1/agents/counter",
+                "threadId": thread,
+                "runs": [{"runId": "r-3", "addMessages": [user("u3", "and again")]}],
+            }
+        )
+        (third,) = late["runs"]
+        assert third["ok"] is True and third["runErrors"] == [], third
+        assert late["warnings"] == []  # before: "Failed to apply state patch"
+        assert any(e["type"] == "STATE_DELTA" for e in third["events"])  # run 3 is a delta
+        view = await caught_up(b, thread, third["events"][-1]["metadata"]["hub"]["seq"])
+        assert view["state"] == {"runs": 3, "log": ["run 1", "run 2", "run 3"]}
+        assert late["state"] == view["state"]
+        # The same messages; the official client's MESSAGES_SNAPSHOT merge keeps the message
+        # the tab added itself (u3) where it had it, first, so only the order differs.
+        by_id = sorted(plain(late["messages"]), key=lambda m: m["id"])
+        assert by_id == sorted(view["messages"], key=lambda m: m["id"])
     finally:
         await ws.stop()
         await sse.stop()

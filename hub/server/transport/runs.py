@@ -207,12 +207,12 @@ class HttpApi:
             await hub.follow(channel)
             await hub.refresh(channel)
             # Listen first, so the run's RUN_STARTED (published by start) is not missed.
-            sink = RunSink(run_id)
+            sink = RunSink(run_id, given.state)
             outbox = outbox_for(hub, channel, sink, "r")
             hub.attach(channel, outbox, channel.thread.seq, channel.thread.epoch)
             outbox.start()
             try:
-                started = await self.upstream.start(channel, command, run_id)
+                started = await self.upstream.start(channel, command, run_id, sink.opened)
             except BaseException:
                 hub.detach(channel, outbox)
                 await outbox.stop()

@@ -26,12 +26,13 @@ import contextlib
 import itertools
 from typing import Any
 
+from hub.core.thread import Thread
 from hub.server.channel import Channel
 from hub.server.http11 import BodyWriter
 from hub.server.hub import Hub
 from hub.server.outbox import Outbox
 from hub.wire import control, sse
-from hub.wire.codec import JSON, Frame
+from hub.wire.codec import JSON, Frame, encode
 
 #: Headers of every event stream the node answers (no proxy buffering, no caching).
 SSE_HEADERS = [
@@ -121,13 +122,34 @@ class EventSink:
 class RunSink(EventSink):
     """One run's events, as its caller gets them: from the run's ``RUN_STARTED`` to its
     ``RUN_FINISHED`` or ``RUN_ERROR`` (then the stream is done), without the hub's ``CUSTOM``
-    frames. Anything else the thread gets meanwhile (a consumer's edit) is part of it."""
+    frames. Anything else the thread gets meanwhile (a consumer's edit) is part of it.
 
-    def __init__(self, run_id: str) -> None:
+    The thread's state is the truth, not the caller's: when the caller's ``state`` is not
+    the thread's as the run opens (a new tab, ``curl`` with ``{}``), :meth:`opened` keeps a
+    ``STATE_SNAPSHOT`` of the thread's, which follows the hub's frames of the run's opening,
+    so the agent's deltas apply to what the caller holds (``HttpAgent`` applies them to its
+    own state)."""
+
+    def __init__(self, run_id: str, caller_state: Any = None) -> None:
         super().__init__()
         self.run_id = run_id
+        self.caller_state = caller_state
         self.started = False
         self.ended = False
+        #: The thread's state as the run opened, for the caller, and the seq it is at.
+        self._snapshot: tuple[int, bytes] | None = None
+
+    def opened(self, thread: Thread) -> None:
+        """The run just opened in ``thread`` (called before any of its frames is fanned out)."""
+        if thread.state == self.caller_state:
+            return
+        event = {
+            "type": "STATE_SNAPSHOT",
+            "snapshot": thread.state,
+            "metadata": {"hub": {"seq": thread.seq, "epoch": thread.epoch, "sync": True}},
+        }
+        data = encode(event, JSON)
+        self._snapshot = (thread.seq, sse.message(data.encode() if isinstance(data, str) else data))
 
     async def send_frames(self, frames: list[Frame]) -> None:
         parts = [part for frame in frames if (part := self._part(frame)) is not None]
@@ -151,7 +173,14 @@ class RunSink(EventSink):
             return sse_form(frame) if event.get("name") == control.HEARTBEAT else None
         if kind in ("RUN_FINISHED", "RUN_ERROR"):
             self.ended = True
-        return sse_form(frame)
+        form = sse_form(frame)
+        position = _position(event)
+        if self._snapshot is not None and position is not None:
+            seq, snapshot = self._snapshot
+            if position["seq"] >= seq:  # the last of the hub's frames opening the run
+                self._snapshot = None
+                return form + snapshot
+        return form
 
     async def repaired(self, last: Frame) -> None:
         return None

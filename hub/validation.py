@@ -77,9 +77,8 @@ NEW_MESSAGE: Final = frozenset(
 )
 
 _CONTAINERS: Final = (dict, list, tuple)
-#: Ops whose path may name a secret-looking key in the state, and those that write a value.
+#: Ops whose path may name a secret-looking key in the state.
 _SCANNED: Final = frozenset({"add", "replace", "move", "copy"})
-_WRITES_VALUE: Final = frozenset({"add", "replace"})
 
 Ops = list[dict[str, Any]]
 
@@ -205,27 +204,7 @@ class EventCheck:
             path = op.get("path")
             kind = op.get("op")
             scanning = scan and len(found) < cap and kind in _SCANNED and isinstance(path, str)
-            if "value" in op:
-                value = op["value"]
-                if not isinstance(path, str):  # the core refuses it as malformed
-                    grows += json_size(value)
-                    continue
-                depth = path.count("/")
-                if depth > limit:
-                    raise too_deep(0)  # past the limit whatever the value
-                writes = kind in _WRITES_VALUE  # its value's keys land in the state
-                if (
-                    scanning
-                    and path
-                    and (not writes or _reportable(value))
-                    and matches(_unescape(path.rpartition("/")[2]))
-                ):
-                    found.append(path)
-                # What an op can add: its value, and a new member's key. One walk of the value
-                # gives its size, checks its depth and finds its secret-looking keys.
-                scanned = matches if scanning and writes else None
-                grows += _key_bound(path) + _walk(value, limit - depth, scanned, path, found, cap)
-            elif kind == "copy" or kind == "move":
+            if kind == "copy" or kind == "move":  # a "value" member is ignored, as the core does
                 self._check_op_depth(doc, op, limit)
                 if scanning and path and matches(_unescape(path.rpartition("/")[2])):
                     found.append(path)
@@ -234,6 +213,25 @@ class EventCheck:
                     copies = True
                 else:
                     grows += _key_bound(path)
+            elif "value" in op:
+                value = op["value"]
+                if not isinstance(path, str):  # the core refuses it as malformed
+                    grows += json_size(value)
+                    continue
+                depth = path.count("/")
+                if depth > limit:
+                    raise too_deep(0)  # past the limit whatever the value
+                if (  # scanning: an add or a replace, its value's keys landing in the state
+                    scanning
+                    and path
+                    and _reportable(value)
+                    and matches(_unescape(path.rpartition("/")[2]))
+                ):
+                    found.append(path)
+                # What an op can add: its value, and a new member's key. One walk of the value
+                # gives its size, checks its depth and finds its secret-looking keys.
+                scanned = matches if scanning else None
+                grows += _key_bound(path) + _walk(value, limit - depth, scanned, path, found, cap)
         if scan:
             self._flag(thread, secrets.judge(found[:cap]))
         self._check_growth(thread, ops, grows, exact=copies)
@@ -279,13 +277,16 @@ class EventCheck:
         path = op.get("path")
         if not isinstance(path, str):
             return  # the core refuses it as malformed
-        if "value" in op:
-            value = op["value"]
-        elif op.get("op") in ("copy", "move") and isinstance(op.get("from"), str):
+        if op.get("op") in ("copy", "move"):  # what it takes, whatever "value" it carries
+            source = op.get("from")
+            if not isinstance(source, str):
+                return  # the core refuses it as malformed
             try:
-                value = resolve_pointer(doc, op["from"], None)
+                value = resolve_pointer(doc, source, None)
             except Exception:
                 return  # a malformed pointer: the core refuses the patch
+        elif "value" in op:
+            value = op["value"]
         else:
             return
         depth = path.count("/")

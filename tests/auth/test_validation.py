@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hub.core.thread import Thread
 from hub.errors import ERROR_CODES, LimitExceeded, PeerError, SecretInState
-from hub.limits import Limits, check_depth, json_size
+from hub.limits import Limits, check_depth, depth_of, json_size
 from hub.secrets_scan import SecretPolicy
 from hub.validation import ACCEPTED, REMEASURE, EventCheck, _walk
 from hub.wire.events import parse_event
@@ -138,6 +138,34 @@ def test_a_copy_or_a_move_counts_the_depth_of_what_it_takes() -> None:
         op = {"op": kind, "from": "/a", "path": "/b/c"}
         assert refused(check, thread, delta(op)) == "too_deep"
         assert check.check(thread, delta({**op, "path": "/c"})).patch is not None
+
+
+def test_a_copy_or_a_move_is_checked_for_what_it_takes_whatever_value_it_carries() -> None:
+    """RFC 6902: members an op does not define are ignored; the core ignores a copy's or a
+    move's "value", so the check does too (it used to check that value instead)."""
+    check = EventCheck(Limits(max_depth=4, max_state_bytes=1 << 20))
+    thread = thread_with({"a": deep(3), "b": {}, "big": "b" * 600_000})
+    for kind in ("copy", "move"):
+        op = {"op": kind, "from": "/a", "path": "/b/c", "value": 0}
+        assert refused(check, thread, delta(op)) == "too_deep"
+    grow = {"op": "copy", "from": "/big", "path": "/again", "value": 0}
+    assert refused(check, thread, delta(grow)) == "state_too_large"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: a copy's depth is read from the state before the patch, so a copy of what "
+    "an earlier op of the same patch wrote escapes the depth limit; checking it needs the core "
+    "to resolve 'from' after the earlier ops (hub.core.patch)",
+)
+def test_a_copy_of_what_an_earlier_op_wrote_counts_its_depth() -> None:
+    check = EventCheck(Limits(max_depth=4))
+    thread = thread_with({"a": {"b": {}}})
+    event = delta(
+        {"op": "add", "path": "/x", "value": [[1]]},
+        {"op": "copy", "from": "/x", "path": "/a/b/c"},  # 3 + 2 > 4
+    )
+    assert refused(check, thread, event) == "too_deep"
 
 
 def test_secret_keys_a_delta_writes_are_found_in_its_paths_and_values_in_order() -> None:
@@ -322,7 +350,7 @@ OPS = st.builds(
     POINTERS,
     POINTERS,
     VALUES,
-    st.dictionaries(st.sampled_from(["x", "ts"]), SCALARS, max_size=1),
+    st.dictionaries(st.sampled_from(["x", "ts", "value"]), SCALARS, max_size=1),
 )
 EVENTS = st.one_of(
     st.builds(delta, OPS, OPS, OPS) | st.builds(lambda ops: delta(*ops), st.lists(OPS)),
@@ -356,10 +384,18 @@ EVENTS = st.one_of(
 def test_random_events_are_accepted_or_refused_with_a_stable_code(
     state: Any, events: list[Event], limits: Limits, policy: SecretPolicy
 ) -> None:
-    """Whatever the events, the check accepts or refuses with a documented code, and never
-    changes what the thread shows (a check after a refusal is the same as before it)."""
+    """Whatever the events, the check accepts or refuses with a documented code, never changes
+    what the thread shows, and what it accepts keeps the state within the size and depth
+    limits (the depth but for a copy of what an earlier op of its patch wrote: see the xfail
+    above)."""
     check = EventCheck(limits, policy)
-    thread = thread_with(copy.deepcopy(state))
+    thread = thread_with()
+    try:
+        check.check(thread, snapshot(state))
+        thread.publish(snapshot(copy.deepcopy(state)))
+    except PeerError:
+        pass
+    deep_copies = False
     for frame in events:
         try:
             event, _ = parse_event(copy.deepcopy(frame))
@@ -377,3 +413,7 @@ def test_random_events_are_accepted_or_refused_with_a_stable_code(
         if checked.patch is not None:
             thread.trust_patch(checked.patch)
         thread.publish(event)
+        ops = event.get("delta") or [{}]
+        deep_copies |= any(op.get("op") in ("copy", "move") for op in ops[1:])
+        assert json_size(thread.state) <= limits.max_state_bytes
+        assert deep_copies or depth_of(thread.state) <= limits.max_depth

@@ -2,7 +2,14 @@
 
 The server options of ``serve``, ``demo`` and ``config`` also come from ``AGUI_HUB_*``
 environment variables and a TOML file (``--config``), with one precedence: see
-hub.server.settings. ``agui-hub config`` prints the effective configuration."""
+hub.server.settings. ``agui-hub config`` prints the effective configuration.
+
+A mistake is one line on stderr, ``agui-hub: ...``, saying what is wrong and what to do, never a
+traceback. Exit codes: 2 for settings that cannot work (a bad value, an unknown option, a store
+URL of no known form, a file that cannot be read, a SQLite file that cannot be opened); 1 for a
+node whose settings are fine but that cannot start here and now (its port is taken, a Redis
+Cluster does not answer). A single Redis that does not answer is not an exit: the node starts,
+not ready, says so in one line, and retries until it answers."""
 
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
 
 from hub.auth import SCOPES, AuthConfig, mint_token, parse_origin_allowlist, parse_scope_arg
 from hub.errors import ConfigError
@@ -24,7 +33,8 @@ from hub.limits import Limits
 from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 from hub.server import logs, settings
-from hub.server.config import AgentTarget, Config
+from hub.server.config import AgentTarget, Config, StartupError
+from hub.server.settings import count, port, seconds, store_url
 
 #: Where the HS256 secret may come from instead of a file (keeps it out of ``ps``).
 SECRET_ENV = "AGUI_HUB_JWT_SECRET"
@@ -34,36 +44,51 @@ TOKEN_ENV = "AGUI_HUB_TOKEN"
 log = logging.getLogger("agui_hub")
 
 
-def _pool_size(text: str) -> int:
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of connections >= 1: {text!r}")
-    return size
+#: The levels ``--log-level`` takes (in any case).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line (the option, what it may be, where the
+    help is) instead of the whole usage: serve's usage alone is twenty lines."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"agui-hub: {message}; see '{self.prog} --help'\n")
+
+
+def _log_level(text: str) -> str:
+    return str(text).strip().upper()
 
 
 def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8787, help="port (default 8787; 0 = any free)")
-    parser.add_argument("--store", default=store, help=f"store URL (default {store})")
+    parser.add_argument(
+        "--port", type=port, default=8787, help="port, 1-65535 (default 8787; 0 = any free)"
+    )
+    parser.add_argument(
+        "--store", type=store_url, default=store, help=f"store URL (default {store})"
+    )
     parser.add_argument("--node", default=None, help="node id shown in hub.welcome")
-    parser.add_argument("--retention", type=int, default=10_000, help="events kept per thread")
+    parser.add_argument(
+        "--retention", type=count(1, "events"), default=10_000, help="events kept per thread"
+    )
     parser.add_argument(
         "--redis-pool",
-        type=_pool_size,
+        type=count(1, "connections"),
         default=64,
         help="connections to one Redis, at most; a burst past it waits (default 64)",
     )
     parser.add_argument(
-        "--consumer-buffer", type=int, default=1 << 20, help="bytes queued per consumer"
+        "--consumer-buffer",
+        type=count(1, "bytes"),
+        default=1 << 20,
+        help="bytes queued per consumer",
     )
-    parser.add_argument("--slow-timeout", type=float, default=10.0, help="seconds before 4008")
+    parser.add_argument("--slow-timeout", type=seconds(), default=10.0, help="seconds before 4008")
     parser.add_argument(
-        "--heartbeat", type=float, default=15.0, help="seconds of silence before hub.heartbeat"
+        "--heartbeat", type=seconds(), default=15.0, help="seconds of silence before hub.heartbeat"
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", type=_log_level, choices=LOG_LEVELS, default="INFO")
     parser.add_argument(
         "--log-format",
         choices=["text", "json"],
@@ -91,7 +116,10 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
     auth.add_argument("--jwt-audience", default=None, help="required 'aud' claim")
     auth.add_argument("--jwt-issuer", default=None, help="required 'iss' claim")
     auth.add_argument(
-        "--jwt-leeway", type=float, default=30.0, help="seconds of clock skew (default 30)"
+        "--jwt-leeway",
+        type=seconds(zero=True),
+        default=30.0,
+        help="seconds of clock skew (default 30)",
     )
     auth.add_argument(
         "--insecure",
@@ -149,7 +177,7 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
     )
     agents.add_argument(
         "--agent-timeout",
-        type=float,
+        type=seconds(),
         default=60.0,
         metavar="S",
         help="seconds an agent may stay silent before its run ends (default 60)",
@@ -161,11 +189,11 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         ("--verify-window", Policy.verify_window_s, "completed work may go unverified"),
     ):
         receipts.add_argument(
-            flag, type=float, default=default, metavar="S", help=f"seconds {what} ({default:g})"
+            flag, type=seconds(), default=default, metavar="S", help=f"seconds {what} ({default:g})"
         )
     receipts.add_argument(
         "--settled-window",
-        type=float,
+        type=seconds(zero=True),
         default=3600.0,
         metavar="S",
         help="seconds a verified operation stays listed on the board after its last record "
@@ -216,10 +244,6 @@ def _config(args: argparse.Namespace) -> Config:
         agents=_agents(args.agent, args.agent_header, args.agent_token_file),
         agent_timeout=args.agent_timeout,
     )
-    if config.agent_timeout <= 0:
-        raise ConfigError("--agent-timeout must be positive")
-    if not 0 <= config.settled_window < float("inf"):
-        raise ConfigError("--settled-window must be a number of seconds, 0 or more")
     if args.node:
         config.node = args.node
     return config
@@ -233,8 +257,8 @@ def _agents(
     urls: dict[str, str] = {}
     for spec in specs:
         name, _, url = spec.partition("=")
-        if not name or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"--agent needs NAME=http(s)://..., got {spec!r}")
+        if not name or not url.startswith(("http://", "https://")) or not _has_host(url):
+            raise ConfigError(f"--agent needs NAME=http(s)://HOST[:PORT]/PATH, got {spec!r}")
         if name in urls:
             raise ConfigError(f"agent {name!r} is given twice")
         urls[name] = url
@@ -254,14 +278,38 @@ def _agents(
         headers[name].append((header.strip(), value.strip()))
     for spec in token_files:
         name, path = target("--agent-token-file", spec)
-        try:
-            token = Path(path).read_text().strip()
-        except OSError:
-            raise ConfigError(f"cannot read the token file of agent {name!r}") from None
+        token = _read_text(f"the --agent-token-file of agent {name!r}", path)
         if not token or any(c in token for c in "\r\n"):
             raise ConfigError(f"the token file of agent {name!r} must hold one token")
         headers[name].append(("Authorization", f"Bearer {token}"))
     return {name: AgentTarget(name, url, tuple(headers[name])) for name, url in urls.items()}
+
+
+def _has_host(url: str) -> bool:
+    """The URL names a host, and a port of 1-65535 if any."""
+    parts = urlsplit(url)
+    try:
+        return bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number, or out of range
+        return False
+
+
+def _read(option: str, path: str) -> bytes:
+    """A file an option names; a :class:`ConfigError` naming the option if it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        reason = (exc.strerror or type(exc).__name__).lower()
+        raise ConfigError(
+            f"cannot read {option} ({path}): {reason}; check the path and its permissions"
+        ) from None
+
+
+def _read_text(option: str, path: str) -> str:
+    try:
+        return _read(option, path).decode().strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{option} ({path}) is not text: it must hold one line") from None
 
 
 def _receipts_policy(args: argparse.Namespace) -> Policy:
@@ -289,8 +337,8 @@ def _trace_url(template: str | None) -> str | None:
 def _auth_config(args: argparse.Namespace) -> AuthConfig | None:
     secret: str | None = os.environ.get(SECRET_ENV) or None
     if args.jwt_secret_file:
-        secret = Path(args.jwt_secret_file).read_text().strip()
-    keys = tuple(Path(path).read_bytes() for path in args.jwt_public_key)
+        secret = _read_text("--jwt-secret-file", args.jwt_secret_file)
+    keys = tuple(_read("--jwt-public-key", path) for path in args.jwt_public_key)
     if secret is None and not keys:
         return None
     return AuthConfig(
@@ -319,11 +367,11 @@ def _limits(overrides: list[str]) -> Limits:
 def _token(args: argparse.Namespace) -> int:
     """Mint a token for development and tests."""
     if args.private_key:
-        key: str | bytes = Path(args.private_key).read_bytes()
+        key: str | bytes = _read("--private-key", args.private_key)
     else:
         secret = os.environ.get(SECRET_ENV)
         if args.secret_file:
-            secret = Path(args.secret_file).read_text().strip()
+            secret = _read_text("--secret-file", args.secret_file)
         if not secret:
             raise ConfigError(f"give --secret-file, ${SECRET_ENV} or --private-key")
         key = secret
@@ -350,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser, and the subcommands' parsers that take the server options, by name."""
-    parser = argparse.ArgumentParser(prog="agui-hub", description=__doc__)
+    parser = Parser(prog="agui-hub", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run a hub node")
     _add_server_options(serve, "sqlite:///agui-hub.db")
@@ -360,11 +408,11 @@ def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     _add_server_options(config, "sqlite:///agui-hub.db")
     demo = commands.add_parser("demo", help="run a hub with a demo agent editing thread 'demo'")
     _add_server_options(demo, "sqlite:///agui-hub.db")
-    demo.add_argument("--duration", type=float, default=None, help="stop after N seconds")
-    demo.add_argument("--interval", type=float, default=0.5, help="seconds between agent steps")
+    demo.add_argument("--duration", type=seconds(), default=None, help="stop after N seconds")
+    demo.add_argument("--interval", type=seconds(), default=0.5, help="seconds between agent steps")
     demo.add_argument(
         "--word-delay",
-        type=float,
+        type=seconds(zero=True),
         default=0.05,
         metavar="S",
         help="seconds between the streamed words of the agent's replies (default 0.05)",
@@ -374,7 +422,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     token.add_argument("--sub", required=True, help="who the token is for")
     token.add_argument("--scope", required=True, help="comma-separated: " + ", ".join(SCOPES))
     token.add_argument("--threads", default=None, help="comma-separated thread ids or globs")
-    token.add_argument("--ttl", type=float, default=3600.0, help="seconds (default 3600)")
+    token.add_argument("--ttl", type=seconds(), default=3600.0, help="seconds (default 3600)")
     token.add_argument("--alg", default="HS256", choices=["HS256", "RS256", "ES256"])
     token.add_argument("--secret-file", default=None, help=f"HS256 secret; or ${SECRET_ENV}")
     token.add_argument("--private-key", default=None, help="PEM private key for RS256/ES256")
@@ -421,6 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"agui-hub: {exc.message}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"agui-hub: {exc}", file=sys.stderr)
+        return 1
 
 
 def _run(args: argparse.Namespace) -> int:

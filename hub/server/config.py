@@ -22,6 +22,12 @@ class AgentTarget:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+class StartupError(Exception):
+    """The node cannot start here and now, although its settings are valid: its port is
+    taken, a Redis Cluster does not answer. The message is one line for the operator, saying
+    what to do; ``agui-hub`` prints it and exits 1 (2 is for settings that cannot work)."""
+
+
 def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 

@@ -12,15 +12,20 @@ pass silently); an environment variable that names no option is ignored, as othe
 (``AGUI_HUB_TOKEN``...) share the prefix.
 
 The layers become the parser's defaults before the flags are parsed, so each value is
-converted and checked exactly as the flag would be.
+converted and checked exactly as the flag would be: by the option's ``type``, one of the
+converters below (:func:`port`, :func:`count`, :func:`seconds`, :func:`store_url`), and against
+its ``choices``. So a port of 80000 or a negative timeout is refused in one place, whether it
+came from a flag, a variable or the file, by ``serve``, ``demo`` and ``config`` alike, and the
+refusal names the option and says what it may be.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,77 @@ CONFIG_ENV = "AGUI_HUB_CONFIG"
 MASKED = frozenset({"agent_header"})
 #: Options that are not settings (they say where the settings are).
 NOT_SETTINGS = frozenset({"help", "config"})
+
+
+# -- what a value may be ---------------------------------------------------------------------------
+# Each converter takes the text of a flag or a variable, or the file's value (a string or a
+# number), and returns the value or raises argparse.ArgumentTypeError saying what it may be.
+
+
+def port(value: str | int) -> int:
+    """A TCP port to listen on: 1-65535, or 0 for any free one (the node prints which)."""
+    number = _whole(value)
+    if number is None or not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be a port number, 1-65535 (or 0: any free port), not {value!r}"
+        )
+    return number
+
+
+def count(minimum: int, unit: str) -> Callable[[str | int], int]:
+    """A whole number of ``unit``, ``minimum`` or more."""
+
+    def convert(value: str | int) -> int:
+        number = _whole(value)
+        if number is None or number < minimum:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number of {unit}, {minimum} or more, not {value!r}"
+            )
+        return number
+
+    convert.__name__ = f"count of {unit}"
+    return convert
+
+
+def seconds(*, zero: bool = False) -> Callable[[str | float], float]:
+    """A finite number of seconds, more than 0 (or 0 or more, with ``zero``)."""
+
+    def convert(value: str | float) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number) or number < 0 or (number == 0 and not zero):
+            least = "0 or more" if zero else "more than 0"
+            raise argparse.ArgumentTypeError(f"must be a number of seconds, {least}, not {value!r}")
+        return number
+
+    convert.__name__ = "seconds"
+    return convert
+
+
+def store_url(value: str) -> str:
+    """A store URL of a scheme the hub has a store for, in that scheme's form (see
+    :func:`hub.store.check_url`). Whether it opens is for the node to find out."""
+    from hub.store import check_url
+
+    try:
+        check_url(str(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(value)
+
+
+def _whole(value: str | int) -> int | None:
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+# -- the options ----------------------------------------------------------------------------------
 
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -111,13 +187,21 @@ def _from_env(action: argparse.Action, text: str, where: str) -> Any:
 
 
 def _converted(action: argparse.Action, value: str | int | float, where: str) -> Any:
+    """The value as the flag would take it: converted by the option's type, then checked
+    against its choices (argparse checks a default against neither)."""
     kind: Any = action.type
-    if kind is None or not callable(kind):
-        return str(value)
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: '{_name(action)}' got {value!r}") from None
+    converted: Any = str(value)
+    if kind is not None and callable(kind):
+        try:
+            converted = kind(value)
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"{where}: {_name(action)} {exc}") from None
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: '{_name(action)}' got {value!r}") from None
+    if action.choices is not None and converted not in action.choices:
+        choices = ", ".join(str(choice) for choice in action.choices)
+        raise ConfigError(f"{where}: {_name(action)} must be one of {choices}, not {value!r}")
+    return converted
 
 
 def layered_defaults(

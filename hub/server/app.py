@@ -20,7 +20,9 @@ server itself only binds the port, admits requests, dispatches, and drains.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from collections.abc import Sequence
 from http import HTTPStatus
 
@@ -33,7 +35,7 @@ from hub.auth import bind_allowed, host_allowed
 from hub.errors import BadHost, BadOrigin, BadPath, LimitExceeded, PeerError
 from hub.receipts.store import ReceiptStore
 from hub.server.channel import Life
-from hub.server.config import Config
+from hub.server.config import Config, StartupError
 from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
@@ -54,7 +56,8 @@ from hub.server.transport.consumer import ConsumerEndpoint
 from hub.server.transport.http import NodePages, ThreadView
 from hub.server.transport.runs import HttpApi
 from hub.server.upstream import Upstream
-from hub.store import open_store
+from hub.store import masked_url, open_store
+from hub.store.base import outage_reason, transient
 from hub.wire.codec import JSON, MSGPACK, MSGPACK_SUBPROTOCOL, Encoding
 
 log = logging.getLogger("agui_hub.server")
@@ -94,12 +97,27 @@ class HubServer:
 
     @classmethod
     async def create(cls, config: Config) -> HubServer:
-        store = await open_store(
-            config.store, retention=config.retention, redis_pool=config.redis_pool
-        )
+        """The node on its store. A single Redis that does not answer yet is no obstacle (the
+        node starts not ready, and retries); a Redis Cluster must answer now (its client
+        learns the cluster's shape at start): :class:`StartupError` if it does not."""
+        try:
+            store = await open_store(
+                config.store, retention=config.retention, redis_pool=config.redis_pool
+            )
+        except Exception as exc:
+            if not _outage(exc):
+                raise
+            raise _unreachable(config.store, exc) from None
         hub = Hub(store, config)
         await hub.start()
-        return cls(hub, await receipt_store_for(config.store))
+        try:
+            receipts = await receipt_store_for(config.store)
+        except Exception as exc:
+            await hub.close()
+            if not _outage(exc):
+                raise
+            raise _unreachable(config.store, exc) from None
+        return cls(hub, receipts)
 
     async def start(self, *, listen: bool = True) -> None:
         """Start the node's services and, with ``listen``, bind its port (an ASGI app
@@ -109,26 +127,32 @@ class HubServer:
             await self.receipts.start()
             return
         bind_allowed(self.config.host, not self.guard.auth.is_open, self.config.insecure)
+        try:
+            self.server = await serve(
+                self.handler,
+                self.config.host,
+                self.config.port,
+                process_request=self.process_request,
+                select_subprotocol=_select_subprotocol,
+                max_size=self.config.max_frame,
+                compression=None,
+                close_timeout=self.config.drain_timeout,
+                backlog=self.config.backlog,
+                create_connection=front_door(self._http_connection),
+            )
+        except OSError as exc:  # what started is stopped: the process can end cleanly
+            await self.upstream.close()
+            await self.receipts.close()
+            await self.hub.close()
+            raise cannot_listen(self.config.host, self.config.port, exc) from None
         if self.guard.auth.is_open:
             log.warning(
                 "no token key configured: the hub is open to anyone who can reach %s:%s "
                 "(every caller is tenant 'default'); configure --jwt-secret-file or "
                 "--jwt-public-key before exposing it",
                 self.config.host,
-                self.config.port,
+                self.port,
             )
-        self.server = await serve(
-            self.handler,
-            self.config.host,
-            self.config.port,
-            process_request=self.process_request,
-            select_subprotocol=_select_subprotocol,
-            max_size=self.config.max_frame,
-            compression=None,
-            close_timeout=self.config.drain_timeout,
-            backlog=self.config.backlog,
-            create_connection=front_door(self._http_connection),
-        )
         await self.receipts.start()
 
     @property
@@ -278,6 +302,36 @@ class HubServer:
         encoding: Encoding = MSGPACK if ws.subprotocol == MSGPACK_SUBPROTOCOL else JSON
         assert ws.request is not None
         await self.socket_route(ws.request.path).handle(ws, encoding)
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> StartupError:
+    """Why the node cannot listen on ``host:port``, and what to do, in one line."""
+    where = f"{host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        return StartupError(
+            f"cannot listen on {where}: the host does not resolve ({exc.strerror}); "
+            "give an address of this machine as --host"
+        )
+    reason = outage_reason(exc)
+    hint = {
+        errno.EADDRINUSE: "stop the other process or pick another --port",
+        errno.EACCES: "ports below 1024 need privileges: pick another --port",
+        errno.EADDRNOTAVAIL: "no interface of this machine has that address: check --host",
+    }.get(exc.errno or 0, "check --host and --port")
+    return StartupError(f"cannot listen on {where}: {reason}; {hint}")
+
+
+def _outage(exc: Exception) -> bool:
+    """A store that failed to open because it does not answer (redis-py's cluster client
+    says so with a RedisClusterException), not because of a bug or a bad setting."""
+    return transient(exc) or type(exc).__name__ == "RedisClusterException"
+
+
+def _unreachable(url: str, exc: Exception) -> StartupError:
+    return StartupError(
+        f"cannot reach the store at {masked_url(url)}: {outage_reason(exc)}; start it, or "
+        "check --store (a Redis Cluster must answer when the node starts)"
+    )
 
 
 def _preflight(cors: list[tuple[str, str]]) -> Response:

@@ -7,6 +7,7 @@ come from one writer at a time, in order.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -36,6 +37,8 @@ class Store(ABC):
     #: True when several hub nodes share this store (and its bus): appends may then conflict
     #: (:class:`hub.errors.StoreConflict`) and other nodes' events arrive through :meth:`bus`.
     shared = False
+    #: What a log line calls the store (``Redis at redis://host:6379/0``); no secrets in it.
+    label = "the store"
 
     #: Run leases (see :meth:`lease_run`) of a store no other node shares: in this process,
     #: since they only mean something while it lives. Shared stores keep them in the store.
@@ -156,6 +159,11 @@ class Store(ABC):
         """True while the store can take writes."""
         return True
 
+    async def unreachable(self) -> str | None:
+        """None while the store answers; else why not, in a few words (``connection
+        refused``): what the node says once when it starts, and while it retries."""
+        return None if await self.ping() else "no answer"
+
     async def close(self) -> None:  # noqa: B027 - optional for backends
         """Release connections and files."""
 
@@ -230,6 +238,42 @@ def transient(exc: BaseException) -> bool:
     if redis_errors is not None:
         kinds = tuple(getattr(redis_errors, name, None) for name in REDIS_TRANSIENT)
         return isinstance(exc, tuple(k for k in kinds if isinstance(k, type)))
+    return False
+
+
+def outage_reason(exc: BaseException) -> str:
+    """Why the store failed, in a few words and one line, for an operator: the operating
+    system's words for a socket error anywhere in the chain (``connection refused``), else the
+    error's own first line. Never a stack: an outage is not a bug."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, TimeoutError) or type(cause).__name__ == "TimeoutError":
+            return "no answer in time"
+        if isinstance(cause, OSError) and cause.errno:
+            if cause.errno > 0:
+                return os.strerror(cause.errno).lower()
+            if cause.strerror:
+                return str(cause.strerror).lower()  # a name lookup (socket.gaierror)
+        cause = cause.__cause__ or cause.__context__
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says the store could not be reached at all: a
+    refused or dropped connection, a timeout, a name that does not resolve; rather than that
+    it refused a command for now (loading, out of memory, read-only...)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError | TimeoutError):
+            return True
+        if type(cause).__name__ in ("ConnectionError", "TimeoutError"):  # redis-py's
+            return True
+        cause = cause.__cause__ or cause.__context__
     return False
 
 

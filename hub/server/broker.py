@@ -42,9 +42,9 @@ from hub.core.thread import Event
 from hub.errors import Unavailable
 from hub.server.channel import Channel
 from hub.server.metrics import Metrics
-from hub.server.node import Node
+from hub.server.node import Node, StoreHealth
 from hub.store import Store
-from hub.store.base import Position, seq_of
+from hub.store.base import Position, seq_of, transient
 from hub.wire.codec import Frame
 
 log = logging.getLogger("agui_hub.shared")
@@ -120,10 +120,14 @@ class _Following:
 class SharedBroker(Broker):
     """A shared store: follow the other nodes' appends through the store's bus."""
 
-    def __init__(self, node: Node, store: Store, metrics: Metrics) -> None:
+    def __init__(
+        self, node: Node, store: Store, metrics: Metrics, health: StoreHealth | None = None
+    ) -> None:
         self.node = node
         self.store = store
         self.metrics = metrics
+        #: Where a store outage is reported (and logged, once for the node).
+        self.health = health or StoreHealth(store.label)
         self.bus = store.bus()
         self._following: dict[Channel, _Following] = {}
         self._task: asyncio.Task[None] | None = None
@@ -293,7 +297,10 @@ class SharedBroker(Broker):
             await self._reload(channel)
         except Exception as exc:
             channel.stale = True
-            log.warning("thread %s could not be reloaded yet: %s", channel.key, exc)
+            if transient(exc):  # an outage: logged once for the node, not per thread
+                self.health.unreachable(exc)
+            else:
+                log.warning("thread %s could not be reloaded yet: %s", channel.key, exc)
             return False
         return True
 
@@ -385,7 +392,10 @@ class SharedBroker(Broker):
                     return
             events = await self.store.read_log(channel.key, thread.seq)
         except Exception as exc:
-            log.warning("reading thread %s from the store failed: %s", channel.key, exc)
+            if transient(exc):  # an outage: logged once for the node, not per thread
+                self.health.unreachable(exc)
+            else:
+                log.warning("reading thread %s from the store failed: %s", channel.key, exc)
             return  # check_head stays set: the next check tries again
         following.check_head = False
         if events is not None and all(

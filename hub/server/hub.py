@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 import time
 from collections import deque
@@ -26,10 +27,11 @@ from hub.server.broker import Broker, LocalBroker, SharedBroker
 from hub.server.channel import Channel, Life
 from hub.server.config import Config
 from hub.server.metrics import Metrics
-from hub.server.node import Change
+from hub.server.node import Change, StoreHealth
 from hub.server.outbox import LiveFrame, Outbox
 from hub.server.persistence import LocalPersistence, Persistence, SharedPersistence
 from hub.store import Store
+from hub.store.base import transient
 from hub.wire import control
 from hub.wire.codec import Encoding, Frame, pack, unpack
 
@@ -53,6 +55,10 @@ SYNC_CACHE_BYTES = 4 << 20
 
 #: Seconds a thread with no connections stays loaded after its last change.
 UNLOAD_AFTER = 60.0
+#: Seconds between asking an unreachable store again: doubling from the first to the last
+#: (each jittered by 0.5-1.5x).
+STORE_RETRY_MIN = 0.25
+STORE_RETRY_MAX = 5.0
 
 
 def new_epoch() -> str:
@@ -87,13 +93,19 @@ class Hub:
         self._tasks: list[asyncio.Task[None]] = []
         self.broker: Broker
         self.persistence: Persistence
+        #: Whether the store answers: whatever finds it unreachable reports it there, and
+        #: only there is the outage logged (once, not per request).
+        self.store_health = StoreHealth(store.label)
+        health = self.store_health
         if store.shared:
-            shared = SharedBroker(self, store, self.metrics)
+            shared = SharedBroker(self, store, self.metrics, health)
             self.broker = shared
-            self.persistence = SharedPersistence(self, store, config, self.metrics, shared)
+            self.persistence = SharedPersistence(
+                self, store, config, self.metrics, shared, health=health
+            )
         else:
             self.broker = LocalBroker()
-            self.persistence = LocalPersistence(self, store, config, self.metrics)
+            self.persistence = LocalPersistence(self, store, config, self.metrics, health=health)
         #: Called with a thread's key when it is unloaded (tenant thread counts).
         self.on_unload: Callable[[str], None] = lambda key: None
 
@@ -105,12 +117,34 @@ class Hub:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start the node's tasks, and ask the store once: one line now if it does not answer
+        (the node starts all the same, not ready, and asks again in the background)."""
         self.persistence.start()
         self._tasks = [
             asyncio.create_task(self._compactor(), name="compactor"),
             asyncio.create_task(self._watchdog(), name="watchdog"),
+            asyncio.create_task(self._store_watch(), name="store-watch"),
         ]
         self.broker.start()
+        reason = await self.store.unreachable()
+        if reason is not None:
+            self.store_health.unreachable(reason)
+
+    async def _store_watch(self) -> None:
+        """Whenever the store is found unreachable, ask it again with backoff until it
+        answers, so the node logs that it is back (and is ready again) with nobody asking."""
+        health = self.store_health
+        while True:
+            await health.went_down()
+            delay = STORE_RETRY_MIN
+            while not health.reachable:
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: no herd
+                delay = min(delay * 2, STORE_RETRY_MAX)
+                reason = await self.store.unreachable()
+                if reason is None:
+                    health.reached()
+                else:
+                    health.unreachable(reason)
 
     async def close(self, flush_timeout: float = 30.0) -> None:
         """Store what is pending (see :meth:`Persistence.close`), then stop."""
@@ -151,6 +185,7 @@ class Hub:
         try:
             for _ in range(3):
                 stored = await self.store.load(key)
+                self.store_health.reached()  # it answered (logged if it was away)
                 if stored is not None:
                     record = unpack(stored.record)
                     return Thread.from_record(record, stored.log, retention=retention)
@@ -160,8 +195,11 @@ class Hub:
         except HubError:
             raise
         except Exception as exc:
-            log.exception("store failed loading thread %s", key)
-            raise Unavailable("the store is unavailable") from exc
+            if transient(exc):  # an outage, not a bug: one line per outage, no stack
+                self.store_health.unreachable(exc)
+            else:
+                log.exception("store failed loading thread %s", key)
+            raise Unavailable("the store is unavailable; retry") from exc
         raise Unavailable("the thread is being created and deleted concurrently")
 
     async def _load(self, key: str) -> Channel:

@@ -64,13 +64,19 @@ class Persistence(ABC):
     """The node's writes to the store: the changes submitted, and the threads' records."""
 
     def __init__(
-        self, node: Node, store: Store, config: Config, metrics: Metrics | None = None
+        self,
+        node: Node,
+        store: Store,
+        config: Config,
+        metrics: Metrics | None = None,
+        *,
+        health: StoreHealth | None = None,
     ) -> None:
         self.node = node
         self.store = store
         self.config = config
         self.metrics = metrics or Metrics()
-        self.health = StoreHealth()
+        self.health = health or StoreHealth(store.label)
         self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
         #: Events per thread since its record was last queued for the store.
         self._unsaved: dict[Channel, int] = {}
@@ -208,13 +214,13 @@ class Persistence(ABC):
                     self._fail(thread_id, exc)
                     return False
                 self.metrics.inc("agui_hub_store_write_failures_total", kind="transient")
-                if self.health.ok:
-                    log.exception("store write failed; retrying")
+                self.health.unreachable(exc)  # one line per outage, not a stack per attempt
                 self.health.ok = False
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
             else:
                 self.health.ok = True
+                self.health.reached()
                 return True
         return False
 
@@ -248,9 +254,15 @@ class LocalPersistence(Persistence):
     BURST = 0.002
 
     def __init__(
-        self, node: Node, store: Store, config: Config, metrics: Metrics | None = None
+        self,
+        node: Node,
+        store: Store,
+        config: Config,
+        metrics: Metrics | None = None,
+        *,
+        health: StoreHealth | None = None,
     ) -> None:
-        super().__init__(node, store, config, metrics)
+        super().__init__(node, store, config, metrics, health=health)
         self._pending: dict[Channel, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
         self._applied_at: dict[Channel, float] = {}
 
@@ -308,9 +320,16 @@ class SharedPersistence(Persistence):
     """A shared store: each thread's writer commits it with whatever else is waiting."""
 
     def __init__(
-        self, node: Node, store: Store, config: Config, metrics: Metrics, follower: Follower
+        self,
+        node: Node,
+        store: Store,
+        config: Config,
+        metrics: Metrics,
+        follower: Follower,
+        *,
+        health: StoreHealth | None = None,
     ) -> None:
-        super().__init__(node, store, config, metrics)
+        super().__init__(node, store, config, metrics, health=health)
         self.follower = follower
         self._writers: dict[Channel, ThreadWriter] = {}
 

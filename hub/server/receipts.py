@@ -74,6 +74,7 @@ from hub.receipts.tail import open_tail
 from hub.server.guard import Guard
 from hub.server.hub import Hub
 from hub.server.transport.common import WebSocket, query_of, refuse
+from hub.store.base import transient
 from hub.wire import control
 from hub.wire.codec import Encoding, decode, encode
 
@@ -343,7 +344,9 @@ class ReceiptsService:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not self._failing:  # once per outage, not once a second
+                if transient(exc):  # the store's outage: the node logs it (once for all)
+                    self.hub.store_health.unreachable(exc)
+                elif not self._failing:  # once per failure, not once a second
                     log.warning("the operator boards could not be updated: %s", exc)
                 self._failing = True
             await self._sleep()

@@ -44,7 +44,7 @@ from hub.server.channel import Channel
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
 from hub.store import Store
-from hub.store.base import seq_of
+from hub.store.base import seq_of, transient
 
 log = logging.getLogger("agui_hub.writer")
 
@@ -194,11 +194,14 @@ class ThreadWriter:
             raise _Raced from exc
         except Exception as exc:
             self.metrics.inc("agui_hub_append_failures_total")
-            if self.health.ok:
+            if transient(exc):
+                self.health.unreachable(exc)  # the outage, logged once (not per thread)
+            elif self.health.ok:
                 log.warning("append to thread %s failed (%s); retrying", self.channel.key, exc)
             self.health.ok = False
             raise _Lost from exc
         self.health.ok = True
+        self.health.reached()
 
     async def _settle(self, events: list[Event]) -> bool:
         """Send a batch in doubt again until the store answers. True: it is stored (and

@@ -58,6 +58,7 @@ from hub.server.guard import Guard
 from hub.server.hub import Hub
 from hub.server.logs import about
 from hub.server.node import Change
+from hub.store.base import transient
 from hub.wire import control
 from hub.wire.codec import decode
 from hub.wire.events import parse_event
@@ -241,7 +242,15 @@ class Upstream:
             try:
                 await self.hub.store.lease_run(key, run_id, LEASE_TTL)
             except Exception as exc:  # the store is away: renewed when it is back
-                log.warning("renewing the lease of run %s failed: %s", run_id, exc)
+                self._store_failed(exc, "renewing the lease of run %s failed: %s", run_id)
+
+    def _store_failed(self, exc: Exception, message: str, *args: Any) -> None:
+        """A periodic store request failed: an outage is the node's to log (once, not a line
+        a second here); anything else is logged as it is."""
+        if transient(exc):
+            self.hub.store_health.unreachable(exc)
+        else:
+            log.warning(message, *args, exc)
 
     async def _watch_leases(self) -> None:
         while True:
@@ -252,11 +261,11 @@ class Upstream:
                     try:
                         await self._stop_if_ended(channel, mine, task)
                     except Exception as exc:
-                        log.warning("checking run %s failed: %s", mine, exc)
+                        self._store_failed(exc, "checking run %s failed: %s", mine)
             try:
                 lapsed = await self.hub.store.lapsed_runs()
             except Exception as exc:  # the store is away: look again later
-                log.warning("listing the lapsed run leases failed: %s", exc)
+                self._store_failed(exc, "listing the lapsed run leases failed: %s")
                 continue
             for key, run_id in lapsed:
                 channel = self.hub.channels.get(key)
@@ -265,7 +274,7 @@ class Upstream:
                 try:
                     await self._end_if_lapsed(channel, run_id)
                 except Exception as exc:  # the store is away: look again later
-                    log.warning("checking the lease of run %s failed: %s", run_id, exc)
+                    self._store_failed(exc, "checking the lease of run %s failed: %s", run_id)
 
     async def _stop_if_ended(self, channel: Channel, run_id: str, task: asyncio.Task[None]) -> None:
         """A run this node calls the agent for, ended elsewhere (cancelled from another node):

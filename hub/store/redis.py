@@ -40,7 +40,7 @@ from redis.backoff import EqualJitterBackoff
 from redis.exceptions import NoScriptError, RedisError
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
-from hub.store.base import Event, Position, Store, StoredThread, seq_of
+from hub.store.base import Event, Position, Store, StoredThread, outage_reason, seq_of
 from hub.store.redis_bus import ORIGIN_BYTES, RedisBus
 from hub.wire.codec import pack, unpack
 
@@ -322,6 +322,7 @@ class RedisStore(Store):
     ) -> None:
         super().__init__(retention=retention)
         self.client = client
+        self.label = "the Redis Cluster" if sharded else "Redis"
         #: Redis Cluster: shard channels (SPUBLISH/SSUBSCRIBE) instead of global pub/sub.
         self.sharded = sharded
         self._append = client.register_script(APPEND_SHARDED if sharded else APPEND)
@@ -346,16 +347,22 @@ class RedisStore(Store):
         At most ``pool`` connections (a ``max_connections`` in the URL wins): on a single
         Redis a command past them waits for one to come back (redis-py's
         ``BlockingConnectionPool``); a cluster client opens that many per cluster node."""
+        from hub.store import masked_url
+
         if url.startswith("redis+cluster://"):
             node_url = "redis://" + url[len("redis+cluster://") :]
             options = {"max_connections": pool, **client_options()}
             cluster = RedisCluster.from_url(node_url, **options)
             await cluster.initialize()
-            return cls(cluster, retention=retention, sharded=True)
+            store = cls(cluster, retention=retention, sharded=True)
+            store.label = f"the Redis Cluster at {masked_url(url)}"
+            return store
         connections = BlockingConnectionPool.from_url(
             url, max_connections=pool, timeout=None, **client_options()
         )
-        return cls(Redis.from_pool(connections), retention=retention)
+        store = cls(Redis.from_pool(connections), retention=retention)
+        store.label = f"Redis at {masked_url(url)}"
+        return store
 
     def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
         """The connection pool's use (a single Redis; a cluster keeps one pool per node)."""
@@ -517,10 +524,17 @@ class RedisStore(Store):
         return sorted({key.decode()[head:-tail] for key in keys})
 
     async def ping(self) -> bool:
+        return await self.unreachable() is None
+
+    async def unreachable(self) -> str | None:
         try:
-            return bool(await asyncio.wait_for(self.client.ping(), PING_TIMEOUT))
-        except (RedisError, OSError, TimeoutError):
-            return False
+            if await asyncio.wait_for(self.client.ping(), PING_TIMEOUT):
+                return None
+        except TimeoutError:
+            return f"no answer within {PING_TIMEOUT:g} s"
+        except (RedisError, OSError) as exc:
+            return outage_reason(exc)
+        return "no answer to PING"
 
     async def close(self) -> None:
         if self._bus is not None:

@@ -39,6 +39,7 @@ class SqliteStore(Store):
     def __init__(self, path: str, *, retention: int = 10_000) -> None:
         super().__init__(retention=retention)
         self.path = path
+        self.label = f"SQLite at {path}"
         self.file = SqliteFile(path, SCHEMA, name="sqlite")
 
     @classmethod

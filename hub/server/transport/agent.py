@@ -26,7 +26,7 @@ from hub.server.logs import about
 from hub.server.node import Change
 from hub.server.outbox import supports_direct_writes, write_prebuilt
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, WebSocket, done
-from hub.store.base import seq_of
+from hub.store.base import seq_of, transient
 from hub.wire import control
 from hub.wire.codec import Encoding, Frame, decode, encode
 from hub.wire.events import parse_event
@@ -62,10 +62,15 @@ class AgentEndpoint(ThreadEndpoint):
         channel.producers += 1
         try:
             stored = await hub.store.load_session(channel.key)
-        except Exception:
-            log.exception(
-                "loading the session of thread %s failed", channel.key, extra=about(channel.key)
-            )
+        except Exception as exc:
+            if transient(exc):  # an outage, not a bug: the node logs it once
+                hub.store_health.unreachable(exc)
+            else:
+                log.exception(
+                    "loading the session of thread %s failed",
+                    channel.key,
+                    extra=about(channel.key),
+                )
             stored = None
         thread = channel.thread  # read after the await: what the store holds now
         welcome = control.welcome(

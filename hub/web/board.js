@@ -247,10 +247,10 @@ async function showHistory(id) {
       return el(
         "tr",
         { testid: "history-receipt", dataset: { event: asText(r.event) } },
-        el("td", { text: asText(r.at).replace("T", " ") }),
-        el("td", { text: asText(r.event) }),
-        el("td", { text: asText(r.reason) }),
-        el("td", { text: asText(r.expected_artifact) }),
+        el("td", { dataset: { column: "at" }, text: asText(r.at).replace("T", " ") }),
+        el("td", { dataset: { column: "event" }, text: asText(r.event) }),
+        el("td", { dataset: { column: "reason" }, text: asText(r.reason) }),
+        el("td", { dataset: { column: "expected_artifact" }, text: asText(r.expected_artifact) }),
         el("td", { dataset: { column: "trace" } }, trace),
       );
     });
@@ -264,14 +264,18 @@ async function showHistory(id) {
       { className: "attempt", testid: "attempt" },
       el("h3", { text: `handoff ${asText(attempt.handoff_id)}` }),
       el(
-        "table",
-        { className: "operations" },
+        "div",
+        { className: "table-box" },
         el(
-          "thead",
-          {},
-          el("tr", {}, ...["at", "event", "reason", "expected artifact", "trace"].map((h) => el("th", { text: h }))),
+          "table",
+          { className: "operations" },
+          el(
+            "thead",
+            {},
+            el("tr", {}, ...["at", "event", "reason", "expected artifact", "trace"].map((h) => el("th", { text: h }))),
+          ),
+          el("tbody", {}, ...lines),
         ),
-        el("tbody", {}, ...lines),
       ),
       acted.length ? el("ul", { className: "hint" }, ...acted) : "",
     );

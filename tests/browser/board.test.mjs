@@ -7,16 +7,18 @@
 //   AGUI_BOARD_EXPECT   a JSON file: the receipts:read token, the page size, and what the page
 //                       must show (counts, the orphaned operations newest change first, ...)
 //   CHROMIUM            the browser (default /usr/bin/chromium)
+//   AGUI_ARTIFACTS      where screenshots go (default: test-artifacts/screenshots)
 //
 // The tests run in order on one tab. Everything is read from what the page shows (text,
 // attributes), and the page's own requests to GET /v1/receipts/operations are checked against
 // the same queries made here.
 
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
 
 import { chromium } from "playwright-core";
 
@@ -24,6 +26,7 @@ const HUB = process.env.AGUI_HUB_URL;
 const EXPECT_FILE = process.env.AGUI_BOARD_EXPECT;
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const VIEWPORT = { width: 1280, height: 900 };
+const ARTIFACTS = process.env.AGUI_ARTIFACTS ?? join(resolve(dirname(fileURLToPath(import.meta.url)), "../.."), "test-artifacts", "screenshots");
 const API = "/v1/receipts/operations";
 
 if (!HUB || !EXPECT_FILE) throw new Error("AGUI_HUB_URL / AGUI_BOARD_EXPECT are not set: run through pytest");
@@ -150,6 +153,40 @@ async function openHistory(id, tab = page) {
   return historyShown(tab);
 }
 
+/**
+ * How the operations table sits in its box at the tab's viewport: the box's and the page's
+ * widths, and per row and column the text as rendered (innerText, white space collapsed),
+ * whether the cell's content overflows it, and whether the text lies within the cell and the
+ * cell within the box (nothing cut off or scrolled out of sight).
+ */
+function tableLayout(tab = page) {
+  return tab.evaluate(() => {
+    const box = document.querySelector('[data-testid="operations"]').closest(".table-box");
+    const edge = box.getBoundingClientRect();
+    const within = (inner, outer) => inner.left >= outer.left - 0.5 && inner.right <= outer.right + 0.5;
+    const cell = (td) => {
+      const rect = td.getBoundingClientRect();
+      const range = document.createRange();
+      range.selectNodeContents(td);
+      return {
+        text: td.innerText.replace(/\s+/g, " ").trim(),
+        overflows: td.scrollWidth > td.clientWidth,
+        inside: [...range.getClientRects()].every((line) => within(line, rect)) && within(rect, edge),
+      };
+    };
+    const root = document.documentElement;
+    return {
+      box: { scrollWidth: box.scrollWidth, clientWidth: box.clientWidth },
+      page: { scrollWidth: root.scrollWidth, clientWidth: root.clientWidth },
+      rows: [...document.querySelectorAll('[data-testid="operations"] [data-testid="operation"]')].map((tr) => ({
+        id: tr.dataset.id,
+        updatedAt: window.__hub.client.state.operations[tr.dataset.id]?.updated_at,
+        cells: Object.fromEntries([...tr.children].map((td) => [td.dataset.column, cell(td)])),
+      })),
+    };
+  });
+}
+
 function watch(tab, name, sink) {
   tab.on("console", (m) => {
     if (m.type() === "error") sink.push(`${name}: console: ${m.text()} (${m.location().url})`);
@@ -236,6 +273,66 @@ test("the counts by state, and the board's table, attention first", async () => 
   assert.equal(p.empty, false);
   const legend = await page.evaluate(() => document.querySelector('[data-testid="legend"]').children.length);
   assert.equal(legend, ORDER.length);
+});
+
+test("the table fits at 1280, 1024 and 800 px: no sideways scroll, every time shown whole, long ids and artifacts wrapped", async () => {
+  const [pendingLong, waitingLong] = Object.keys(expect.long);
+  try {
+    for (const width of [1280, 1024, 800]) {
+      await page.setViewportSize({ width, height: 800 });
+      const shown = await tableLayout();
+      if (width === 1280) {
+        mkdirSync(ARTIFACTS, { recursive: true });
+        await page.screenshot({ path: join(ARTIFACTS, "board-1280.png") });
+        await page.evaluate((id) => document.querySelector(`[data-testid="operation"][data-id="${id}"]`).scrollIntoView({ block: "center" }), pendingLong);
+        await page.screenshot({ path: join(ARTIFACTS, "board-1280-long.png") });
+        await page.evaluate(() => window.scrollTo(0, 0));
+      }
+      const at = `${width} px`;
+      assert.equal(shown.rows.length, TOTAL, at);
+      assert.ok(
+        shown.box.scrollWidth <= shown.box.clientWidth,
+        `${at}: the table scrolls sideways: ${shown.box.scrollWidth} px in a ${shown.box.clientWidth} px box`,
+      );
+      assert.ok(shown.page.scrollWidth <= shown.page.clientWidth, `${at}: the page scrolls sideways: ${JSON.stringify(shown.page)}`);
+      for (const row of shown.rows) {
+        const time = row.updatedAt;
+        assert.match(time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/, `${row.id}: an RFC 3339 time`);
+        const updated = row.cells.updated_at;
+        assert.ok([time, time.replace("T", " ")].includes(updated.text), `${at}, ${row.id}: updated shows ${JSON.stringify(updated.text)} for ${time}`);
+        for (const [column, c] of Object.entries(row.cells)) {
+          assert.deepEqual({ overflows: c.overflows, inside: c.inside }, { overflows: false, inside: true }, `${at}, ${row.id}: ${column} cut off`);
+        }
+      }
+      // The long ids and artifacts are there in full (wrapped, not cut or elided).
+      const cells = Object.fromEntries(shown.rows.map((r) => [r.id, r.cells]));
+      for (const [id, artifact] of Object.entries(expect.long)) {
+        assert.equal(cells[id]?.id.text, id, at);
+        assert.equal(cells[id].expected_artifact.text, artifact, at);
+      }
+    }
+    // An operation's history (long artifact, long reason) fits its panel too.
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await openHistory(waitingLong);
+    const history = await page.evaluate(() => {
+      const box = document.querySelector('[data-testid="history"]');
+      box.scrollIntoView();
+      return {
+        panel: [box.scrollWidth, box.clientWidth],
+        tables: [...box.querySelectorAll(".table-box")].map((t) => [t.scrollWidth, t.clientWidth]),
+        page: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
+      };
+    });
+    await page.screenshot({ path: join(ARTIFACTS, "board-1280-history.png") });
+    assert.equal(history.tables.length, 1);
+    for (const [scroll, client] of [history.panel, ...history.tables, history.page]) {
+      assert.ok(scroll <= client, `the history scrolls sideways: ${JSON.stringify(history)}`);
+    }
+    await page.click('[data-testid="history"] .history-head button', { timeout: 5_000 });
+  } finally {
+    await page.setViewportSize(VIEWPORT);
+    await page.evaluate(() => window.scrollTo(0, 0));
+  }
 });
 
 test("untrusted text from a receipt is shown as text, never as markup", async () => {

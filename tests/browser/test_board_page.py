@@ -8,11 +8,12 @@ a ``receipts:write`` token): the shared fixture (moved to now), more orphaned op
 two of the page's pages (the page size is read from ``hub/web/board.js``), one operation in
 each other state, a retried operation with two attempts and an action, and an operation whose
 ``expected_artifact`` (the one field whose characters allow markup) carries an ``<img
-onerror>``. ``board.test.mjs`` (``node --test``) opens the page with a ``receipts:read`` token
-in its fragment and checks the counts by state, the filter by a count, paging with
-newer/older through ``GET /v1/receipts/operations`` (the page's own requests and what it
-shows), an operation's history with its trace links, that the markup stays text, and that no
-page error or console error occurred.
+onerror>``, and two operations with long ids and artifacts. ``board.test.mjs`` (``node --test``)
+opens the page with a ``receipts:read`` token in its fragment and checks the counts by state,
+that the table fits a 1280 px window (no sideways scroll, every time whole), the filter by a
+count, paging with newer/older through ``GET /v1/receipts/operations`` (the page's own requests
+and what it shows), an operation's history with its trace links, that the markup stays text,
+and that no page error or console error occurred.
 
 Needs ``node``, ``/usr/bin/chromium`` (``CHROMIUM`` overrides it); without them the test is
 skipped, except under ``CI=true``, where that is a failure.
@@ -52,12 +53,24 @@ HOSTILE_OP = "op-hostile.1"
 #: An operation id with a character the page URL-encodes in the history request.
 COLON_OP = "op:colon.1"
 RETRY_OP = "op-retry"
+#: Operations as long as real ones get (ids from a pipeline, artifacts naming a test or a file),
+#: to check the table's layout: {id: (expected artifact, the reason it waits, or None)}.
+LONG_OPS = {
+    "ci.release-2026-11.export-pipeline:csv-unicode-headers:attempt-7f3a9c2e1b4d": (
+        "test:tests/test_export.py::test_csv_export_with_unicode_headers",
+        None,
+    ),
+    "reports.quarterly-revenue-by-region-and-product-line.2026-q4.final": (
+        "file:reports/2026-q4/quarterly_revenue_by_region_and_product_line.final.xlsx",
+        "waiting_for_upstream_dataset_refresh",
+    ),
+}
 TRACES = {
     "h-retry-1": "0af7651916cd43dd8448eb211c80319c",
     "h-retry-2": "b7ad6b7169203331b7ad6b7169203331",
 }
 #: The tests of board.test.mjs that must pass (besides the one marked todo).
-TESTS = 7
+TESTS = 8
 
 
 def page_size() -> int:
@@ -104,6 +117,21 @@ def board_records(t: datetime, orphans: int) -> tuple[list[dict[str, Any]], dict
         receipt("completed", "op-uncertain", "h-uncertain", t - timedelta(minutes=5)),
         receipt("delegated", "op-pending", "h-pending", t),
     ]
+    long_states: dict[str, str] = {}
+    for n, (op, (artifact, waits_for)) in enumerate(LONG_OPS.items()):
+        h = f"h-long-{n}"
+        if waits_for is None:  # delegated now: pending (within its ack window) while the suite runs
+            records.append(receipt("delegated", op, h, t, expected_artifact=artifact))
+            long_states[op] = "pending"
+            continue
+        records.append(
+            receipt("delegated", op, h, t - timedelta(minutes=20), expected_artifact=artifact)
+        )
+        records += [
+            receipt("accepted", op, h, t - timedelta(minutes=19, seconds=57)),
+            receipt("waiting", op, h, t - timedelta(minutes=3), reason=waits_for),
+        ]
+        long_states[op] = "waiting"
     first = t - timedelta(hours=1)
     second = first + timedelta(minutes=10)
     records += [
@@ -127,6 +155,7 @@ def board_records(t: datetime, orphans: int) -> tuple[list[dict[str, Any]], dict
         "op-uncertain": "uncertain",
         "op-pending": "pending",
         RETRY_OP: "working",
+        **long_states,
     }
     counts: dict[str, int] = {}
     for state in states.values():
@@ -141,6 +170,7 @@ def board_records(t: datetime, orphans: int) -> tuple[list[dict[str, Any]], dict
         "orphaned": orphaned,
         "hostile": {"id": HOSTILE_OP, "artifact": HOSTILE_ARTIFACT},
         "colon": COLON_OP,
+        "long": {op: artifact for op, (artifact, _) in LONG_OPS.items()},
         "retry": {
             "id": RETRY_OP,
             "attempts": [

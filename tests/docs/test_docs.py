@@ -126,6 +126,8 @@ class Reader:
     def rewrite(self, code: str) -> str:
         def swap(m: re.Match[str]) -> str:
             wanted = int(m.group(1))
+            if wanted > 65535:  # not a port: a block showing what a mistake does
+                return m.group(0)
             if wanted not in self.ports:
                 self.ports[wanted] = free_port()
             text = m.group(0)

@@ -34,11 +34,11 @@ from websockets.typing import Subprotocol
 from hub.auth import bind_allowed, host_allowed
 from hub.errors import BadHost, BadOrigin, BadPath, LimitExceeded, PeerError
 from hub.receipts.store import ReceiptStore
-from hub.server.channel import Life
 from hub.server.config import Config, StartupError
 from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
+from hub.server.loaded import Life
 from hub.server.receipts import ReceiptsService, receipt_store_for
 from hub.server.receipts_http import ReceiptsRoutes
 from hub.server.transport.agent import AgentEndpoint
@@ -79,7 +79,7 @@ class HubServer:
         self.draining = False
         self.guard = Guard(self.config, hub.metrics)
         hub.on_unload = self.guard.forget_thread
-        self.guard.is_loaded = hub.channels.__contains__
+        self.guard.is_loaded = hub.loaded.__contains__
         self.receipts = ReceiptsService(hub, self.guard, receipts)
         self.agents = AgentEndpoint(hub, self.guard)
         self.upstream = Upstream(hub, self.guard)
@@ -169,14 +169,14 @@ class HubServer:
     async def drain(self) -> None:
         """Stop accepting, tell consumers to reconnect elsewhere, flush the store, stop."""
         self.draining = True
-        for channel in self.hub.channels.values():
-            channel.become(Life.DRAINING)  # no new consumer; its events still reach the store
+        for loaded in self.hub.loaded.values():
+            loaded.become(Life.DRAINING)  # no new consumer; its events still reach the store
         if self.server is not None:
             self.server.close(close_connections=False)
         closing = [
             outbox.socket.close(CLOSE_DRAINING, "node draining; resume elsewhere")
-            for channel in self.hub.channels.values()
-            for outbox in channel.consumers
+            for loaded in self.hub.loaded.values()
+            for outbox in loaded.consumers
         ]
         if closing:
             # Concurrently, and bounded: a consumer that never answers cannot hold the node.

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from hub.core.thread import Event
 from hub.errors import Unavailable
-from hub.server.channel import Channel
+from hub.server.loaded import LoadedThread
 from hub.server.metrics import Metrics
 from hub.server.node import Node, StoreHealth
 from hub.store import Store
@@ -69,21 +69,21 @@ class Broker:
     async def close(self) -> None:
         """Stop listening."""
 
-    async def follow(self, channel: Channel) -> None:
+    async def follow(self, loaded: LoadedThread) -> None:
         """Make sure the node hears the thread's appends from other nodes before a consumer
         attaches (see :meth:`left`)."""
 
-    async def refresh(self, channel: Channel) -> None:
+    async def refresh(self, loaded: LoadedThread) -> None:
         """Bring the node's copy up to the store's head."""
 
-    def left(self, channel: Channel) -> None:
+    def left(self, loaded: LoadedThread) -> None:
         """The thread's last consumer on this node left."""
 
-    def busy(self, channel: Channel) -> bool:
+    def busy(self, loaded: LoadedThread) -> bool:
         """The broker still needs the loaded thread (it must not be unloaded)."""
         return False
 
-    def unloaded(self, channel: Channel) -> None:
+    def unloaded(self, loaded: LoadedThread) -> None:
         """The thread was unloaded: forget what is kept about it."""
 
     def subscriptions(self) -> int:
@@ -129,7 +129,7 @@ class SharedBroker(Broker):
         #: Where a store outage is reported (and logged, once for the node).
         self.health = health or StoreHealth(store.label)
         self.bus = store.bus()
-        self._following: dict[Channel, _Following] = {}
+        self._following: dict[LoadedThread, _Following] = {}
         self._task: asyncio.Task[None] | None = None
         #: The bus reader is running (not waiting to be started again after a failure).
         self._reading = False
@@ -138,14 +138,14 @@ class SharedBroker(Broker):
         #: The heads of the threads this node appended to since its last announcement.
         self._appended: dict[str, Position] = {}
 
-    def _of(self, channel: Channel) -> _Following:
-        """What is kept about ``channel``; kept only while it is loaded (a task still at work
+    def _of(self, loaded: LoadedThread) -> _Following:
+        """What is kept about ``loaded``; kept only while it is loaded (a task still at work
         on a thread unloaded meanwhile gets a state of its own, dropped with it)."""
-        following = self._following.get(channel)
+        following = self._following.get(loaded)
         if following is None:
             following = _Following()
-            if self.node.channels.get(channel.key) is channel:
-                self._following[channel] = following
+            if self.node.loaded.get(loaded.key) is loaded:
+                self._following[loaded] = following
         return following
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -216,91 +216,91 @@ class SharedBroker(Broker):
             except Exception as exc:  # the bus is down: its reconnect catches everyone up
                 log.debug("announcing %d head(s) failed: %s", len(heads), exc)
 
-    def busy(self, channel: Channel) -> bool:
-        following = self._following.get(channel)
+    def busy(self, loaded: LoadedThread) -> bool:
+        following = self._following.get(loaded)
         return following is not None and (following.subscribed or following.joining > 0)
 
-    def unloaded(self, channel: Channel) -> None:
-        self._following.pop(channel, None)
+    def unloaded(self, loaded: LoadedThread) -> None:
+        self._following.pop(loaded, None)
 
     def subscriptions(self) -> int:
         return sum(1 for following in self._following.values() if following.subscribed)
 
     # -- subscribing ----------------------------------------------------------------------------
 
-    async def follow(self, channel: Channel) -> None:
+    async def follow(self, loaded: LoadedThread) -> None:
         """Subscribe to the thread's bus channel if nobody here did yet, then catch the copy up
         from the store (what was appended before the subscription took). Subscriptions are
         counted by consumer: the last one to leave ends it (see :meth:`left`)."""
         if self.bus is None:
             return
-        following = self._of(channel)
+        following = self._of(loaded)
         following.joining += 1
         try:
             async with following.sub_lock:
                 if following.subscribed:
                     return
                 try:
-                    await self.bus.subscribe(channel.key)
+                    await self.bus.subscribe(loaded.key)
                 except Exception as exc:
                     raise Unavailable("the store is unavailable") from exc
                 following.subscribed = True
-                await self.refresh(channel)
+                await self.refresh(loaded)
         finally:
             following.joining -= 1
 
-    def left(self, channel: Channel) -> None:
-        following = self._following.get(channel)
+    def left(self, loaded: LoadedThread) -> None:
+        following = self._following.get(loaded)
         if following is not None and following.subscribed:
-            task = asyncio.create_task(self._unfollow(channel, following))
+            task = asyncio.create_task(self._unfollow(loaded, following))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
-    async def _unfollow(self, channel: Channel, following: _Following) -> None:
+    async def _unfollow(self, loaded: LoadedThread, following: _Following) -> None:
         async with following.sub_lock:
-            if channel.consumers or following.joining or not following.subscribed:
+            if loaded.consumers or following.joining or not following.subscribed:
                 return
             assert self.bus is not None
             following.subscribed = False
             try:
-                await self.bus.unsubscribe(channel.key)
+                await self.bus.unsubscribe(loaded.key)
             except Exception as exc:  # the bus reconnect resubscribes only what is counted
-                log.warning("unsubscribing from thread %s failed: %s", channel.key, exc)
+                log.warning("unsubscribing from thread %s failed: %s", loaded.key, exc)
 
-    async def refresh(self, channel: Channel) -> None:
-        self._of(channel).check_head = True
-        await self.catch_up(channel)
+    async def refresh(self, loaded: LoadedThread) -> None:
+        self._of(loaded).check_head = True
+        await self.catch_up(loaded)
 
     # -- committing (see hub.server.thread_writer) -------------------------------------------------
 
-    def committed(self, channel: Channel, events: list[Event]) -> None:
+    def committed(self, loaded: LoadedThread, events: list[Event]) -> None:
         """The store holds ``events`` (this node's batch): the committed copy takes them, and
         they go out. Those the copy already has (read back from the log while the batch was in
         doubt) are neither applied nor sent again."""
-        thread = channel.thread
+        thread = loaded.thread
         new = [e for e in events if seq_of(e) > thread.seq]
         if new and seq_of(new[0]) != thread.seq + 1:
-            self._of(channel).check_head = True  # cannot happen with one writer per node; heal
-            self.schedule(channel)
+            self._of(loaded).check_head = True  # cannot happen with one writer per node; heal
+            self.schedule(loaded)
             return
         for event in new:
             thread.replay(event)
-        channel.persisted_seq = thread.seq
-        self._appended[channel.key] = (thread.seq, thread.epoch)
+        loaded.persisted_seq = thread.seq
+        self._appended[loaded.key] = (thread.seq, thread.epoch)
         if new:
-            self.node.fan_out(channel, new)
+            self.node.fan_out(loaded, new)
 
-    async def try_reload(self, channel: Channel) -> bool:
+    async def try_reload(self, loaded: LoadedThread) -> bool:
         """Reload the thread from the store; False (and reload before the next commit) if the
         store cannot be read."""
         try:
-            await self._reload(channel)
+            await self._reload(loaded)
         except Exception as exc:
-            channel.stale = True
+            loaded.stale = True
             if transient(exc):  # an outage: logged once for the node, not per thread
                 self.health.unreachable(exc)
             else:
-                log.warning("thread %s could not be reloaded yet: %s", channel.key, exc)
+                log.warning("thread %s could not be reloaded yet: %s", loaded.key, exc)
             return False
         return True
 
@@ -310,56 +310,56 @@ class SharedBroker(Broker):
         """A bus message (called by the bus reader; never blocks)."""
         if not events:
             return  # this node's own append, already applied and sent
-        channel = self.node.channels.get(thread_id)
-        if channel is None:
+        loaded = self.node.loaded.get(thread_id)
+        if loaded is None:
             return
-        self._of(channel).inbox.extend(events)
-        self.schedule(channel)
+        self._of(loaded).inbox.extend(events)
+        self.schedule(loaded)
 
     def heads(self, positions: dict[str, Position]) -> None:
         """Another node's announcement (called by the bus reader; never blocks): a followed
         thread whose copy, with what is waiting in its inbox, is behind its head lost an
         append; its head is checked (and the gap filled) from the store."""
         for key, (seq, epoch) in positions.items():
-            channel = self.node.channels.get(key)
-            if channel is None:
+            loaded = self.node.loaded.get(key)
+            if loaded is None:
                 continue
-            following = self._following.get(channel)
+            following = self._following.get(loaded)
             if following is None or not following.subscribed:
                 continue  # not followed: a consumer that joins reads the store anyway
-            thread = channel.thread
+            thread = loaded.thread
             if epoch == thread.epoch and seq <= thread.seq + len(following.inbox):
                 continue
             self.metrics.inc("agui_hub_heads_behind_total")
             following.check_head = True
-            self.schedule(channel)
+            self.schedule(loaded)
 
-    def schedule(self, channel: Channel) -> None:
-        """Bring the channel up to date soon (one task at a time per channel)."""
-        following = self._of(channel)
+    def schedule(self, loaded: LoadedThread) -> None:
+        """Bring the copy up to date soon (one task at a time per thread)."""
+        following = self._of(loaded)
         if following.follower is None or following.follower.done():
-            following.follower = asyncio.create_task(self.catch_up(channel))
+            following.follower = asyncio.create_task(self.catch_up(loaded))
 
-    async def catch_up(self, channel: Channel) -> None:
-        async with channel.lock:
-            if not self.apply_inbox(channel):
-                await self._fill(channel)
+    async def catch_up(self, loaded: LoadedThread) -> None:
+        async with loaded.lock:
+            if not self.apply_inbox(loaded):
+                await self._fill(loaded)
 
     def reconnected(self) -> None:
         """The bus was lost and is back: catch every thread up from the store; where the log
         cannot prove nothing was missed, its consumers get a snapshot (broker_reconnect)."""
         self.metrics.inc("agui_hub_bus_reconnects_total")
-        for channel in list(self.node.channels.values()):
-            following = self._of(channel)
+        for loaded in list(self.node.loaded.values()):
+            following = self._of(loaded)
             following.check_head = True
             following.gap_cause = "broker_reconnect"
-            self.schedule(channel)
+            self.schedule(loaded)
 
-    def apply_inbox(self, channel: Channel) -> bool:
+    def apply_inbox(self, loaded: LoadedThread) -> bool:
         """Apply what arrived, in order, and send it on in one go. False if it shows a gap
         (or a head check is due)."""
-        following = self._of(channel)
-        thread = channel.thread
+        following = self._of(loaded)
+        thread = loaded.thread
         applied: list[Event] = []
         gap = following.check_head
         seq = thread.seq
@@ -375,27 +375,27 @@ class SharedBroker(Broker):
                 applied.append(event)
                 seq += 1
         if applied:
-            channel.advance(applied)
-            self.node.fan_out(channel, applied)
+            loaded.advance(applied)
+            self.node.fan_out(loaded, applied)
         return not gap
 
-    async def _fill(self, channel: Channel) -> None:
+    async def _fill(self, loaded: LoadedThread) -> None:
         """Fill a gap from the store's log; reload (and repair consumers) if it cannot."""
-        following = self._of(channel)
-        thread = channel.thread
+        following = self._of(loaded)
+        thread = loaded.thread
         try:
             if following.check_head and not following.inbox:
-                head = await self.store.head(channel.key)
+                head = await self.store.head(loaded.key)
                 if head == (thread.seq, thread.epoch):
                     following.check_head = False  # quiet, and nothing was missed
                     following.gap_cause = "gap"
                     return
-            events = await self.store.read_log(channel.key, thread.seq)
+            events = await self.store.read_log(loaded.key, thread.seq)
         except Exception as exc:
             if transient(exc):  # an outage: logged once for the node, not per thread
                 self.health.unreachable(exc)
             else:
-                log.warning("reading thread %s from the store failed: %s", channel.key, exc)
+                log.warning("reading thread %s from the store failed: %s", loaded.key, exc)
             return  # check_head stays set: the next check tries again
         following.check_head = False
         if events is not None and all(
@@ -403,34 +403,34 @@ class SharedBroker(Broker):
         ):
             if events:
                 self.metrics.inc("agui_hub_gaps_filled_total")
-                channel.advance(events)
-                self.node.fan_out(channel, events)
+                loaded.advance(events)
+                self.node.fan_out(loaded, events)
             following.gap_cause = "gap"
             return
-        await self.try_reload(channel)
+        await self.try_reload(loaded)
         following.gap_cause = "gap"
 
-    async def _reload(self, channel: Channel) -> None:
+    async def _reload(self, loaded: LoadedThread) -> None:
         """Replace the node's copy with the store's, and bring local consumers along: the
         events they miss if the new log holds them, else a snapshot (gap or epoch_changed)."""
-        following = self._of(channel)
-        committed = channel.persisted_seq
-        old_epoch = channel.thread.epoch
-        fresh = await self.node.load_thread(channel.key)
-        channel.stale = False
+        following = self._of(loaded)
+        committed = loaded.persisted_seq
+        old_epoch = loaded.thread.epoch
+        fresh = await self.node.load_thread(loaded.key)
+        loaded.stale = False
         following.inbox.clear()
-        channel.thread = fresh
-        channel.draft = None
-        channel.persisted_seq = fresh.seq
-        channel.frames.clear()
-        channel.sync_cache.clear()
+        loaded.thread = fresh
+        loaded.draft = None
+        loaded.persisted_seq = fresh.seq
+        loaded.frames.clear()
+        loaded.sync_cache.clear()
         newer = fresh.since(committed) if fresh.epoch == old_epoch else None
         if newer is not None:
-            channel.frames.extend(Frame(e) for e in fresh.log if seq_of(e) <= committed)
-            self.node.fan_out(channel, newer, count=False)
+            loaded.frames.extend(Frame(e) for e in fresh.log if seq_of(e) <= committed)
+            self.node.fan_out(loaded, newer, count=False)
             return
-        channel.frames.extend(Frame(e) for e in fresh.log)
-        channel.tracker.catch_up(fresh)
+        loaded.frames.extend(Frame(e) for e in fresh.log)
+        loaded.tracker.catch_up(fresh)
         cause = following.gap_cause if fresh.epoch == old_epoch else "epoch_changed"
-        for outbox in channel.consumers:
+        for outbox in loaded.consumers:
             outbox.repair(cause)

@@ -24,8 +24,8 @@ from hub.core.consumer import ConsumerView, resume, sync_frames
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError, Unavailable
 from hub.server.broker import Broker, LocalBroker, SharedBroker
-from hub.server.channel import Channel, Life
 from hub.server.config import Config
+from hub.server.loaded import Life, LoadedThread
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth
 from hub.server.outbox import LiveFrame, Outbox
@@ -78,17 +78,17 @@ class Hub:
         self.store = store
         self.config = config
         self.metrics = metrics or Metrics()
-        self.channels: dict[str, Channel] = {}
+        self.loaded: dict[str, LoadedThread] = {}
         #: Threads by when they last changed, oldest first (a dict keeps insertion order):
         #: their records are due ``compact_seconds`` after it. Only threads that changed.
-        self._changed: dict[Channel, float] = {}
+        self._changed: dict[LoadedThread, float] = {}
         #: Threads by when they last changed or were let go (last consumer, last agent),
         #: oldest first: unloaded ``UNLOAD_AFTER`` seconds after it, if nobody uses them.
-        self._idle: dict[Channel, float] = {}
+        self._idle: dict[LoadedThread, float] = {}
         #: Threads that were due but still busy with the store: looked at again each second.
-        self._retry: set[Channel] = set()
+        self._retry: set[LoadedThread] = set()
         #: Threads with consumers on this node (the watchdog looks at nothing else).
-        self._watched: set[Channel] = set()
+        self._watched: set[LoadedThread] = set()
         self._loading: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.broker: Broker
@@ -158,26 +158,26 @@ class Hub:
 
     # -- threads --------------------------------------------------------------------------------
 
-    async def channel(self, key: str) -> Channel:
+    async def load(self, key: str) -> LoadedThread:
         """The loaded thread ``key`` (``tenant/thread``), loading it from the store or creating
         it on first use."""
-        channel = self.channels.get(key)
-        if channel is not None:
-            if channel in self._idle:
+        loaded = self.loaded.get(key)
+        if loaded is not None:
+            if loaded in self._idle:
                 # Asked for: whoever asked attaches after an await or two (a first ping, a
                 # subscription), so the unload clock starts again now, not from when the
                 # thread went idle (it could otherwise be unloaded under a joining tab).
-                self.released(channel)
-            return channel
+                self.released(loaded)
+            return loaded
         lock = self._loading.setdefault(key, asyncio.Lock())
         async with lock:
-            channel = self.channels.get(key)
-            if channel is None:
-                channel = await self._load(key)
-                self.channels[key] = channel
-                self._idle[channel] = time.monotonic()
+            loaded = self.loaded.get(key)
+            if loaded is None:
+                loaded = await self._load(key)
+                self.loaded[key] = loaded
+                self._idle[loaded] = time.monotonic()
         self._loading.pop(key, None)
-        return channel
+        return loaded
 
     async def load_thread(self, key: str) -> Thread:
         """The thread as the store holds it, created (with a new epoch) if it has none."""
@@ -202,28 +202,28 @@ class Hub:
             raise Unavailable("the store is unavailable; retry") from exc
         raise Unavailable("the thread is being created and deleted concurrently")
 
-    async def _load(self, key: str) -> Channel:
+    async def _load(self, key: str) -> LoadedThread:
         thread = await self.load_thread(key)
-        channel = Channel(thread, key, frames=deque(maxlen=thread.log.maxlen))
-        channel.frames.extend(Frame(e) for e in thread.log)
-        channel.persisted_seq = thread.seq
-        channel.tracker.catch_up(thread)
-        return channel
+        loaded = LoadedThread(thread, key, frames=deque(maxlen=thread.log.maxlen))
+        loaded.frames.extend(Frame(e) for e in thread.log)
+        loaded.persisted_seq = thread.seq
+        loaded.tracker.catch_up(thread)
+        return loaded
 
     # -- following other nodes (shared stores) --------------------------------------------------
 
-    async def follow(self, channel: Channel) -> None:
+    async def follow(self, loaded: LoadedThread) -> None:
         """Make sure the node hears the thread's appends from other nodes before a consumer
         attaches (a no-op on node-local stores; see :meth:`Broker.follow`)."""
-        await self.broker.follow(channel)
+        await self.broker.follow(loaded)
 
-    async def refresh(self, channel: Channel) -> None:
+    async def refresh(self, loaded: LoadedThread) -> None:
         """Bring the node's copy up to the store's head (a no-op on node-local stores)."""
-        await self.broker.refresh(channel)
+        await self.broker.refresh(loaded)
 
     # -- publishing -----------------------------------------------------------------------------
 
-    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
+    def submit(self, loaded: LoadedThread, change: Change) -> asyncio.Future[Outcome]:
         """Apply ``change`` to the thread, fan out what it produced, and store it; the future
         answers once it is committed (or refused).
 
@@ -231,7 +231,7 @@ class Hub:
         once and queued for the store, and the future is already done. On a shared store the
         thread's writer commits it with whatever else is waiting (see hub.server.thread_writer)."""
         started = time.monotonic()
-        future = self.persistence.submit(channel, change)
+        future = self.persistence.submit(loaded, change)
         if future.done():
             self._count(future, started)
         else:
@@ -248,28 +248,28 @@ class Hub:
         if outcome.error is not None:
             self.metrics.inc("agui_hub_events_rejected_total", code=outcome.error.code)
 
-    async def publish(self, channel: Channel, event: Event) -> Outcome:
+    async def publish(self, loaded: LoadedThread, event: Event) -> Outcome:
         """Sequence one validated event, fan it out, and store it (see :meth:`submit`)."""
-        return await self.submit(channel, lambda thread: thread.publish(event))
+        return await self.submit(loaded, lambda thread: thread.publish(event))
 
-    async def abort_run(self, channel: Channel, message: str, code: str) -> None:
+    async def abort_run(self, loaded: LoadedThread, message: str, code: str) -> None:
         """End the open run with RUN_ERROR (its agent went away, or sent a malformed patch)."""
 
         def abort(thread: Thread) -> Outcome:
             event = thread.abort_run(message, code)
             return Outcome(events=[] if event is None else [event])
 
-        await self.submit(channel, abort)
+        await self.submit(loaded, abort)
 
-    def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
+    def fan_out(self, loaded: LoadedThread, events: list[Event], *, count: bool = True) -> None:
         """Committed events to every consumer of the thread on this node (never waits): per
         consumer, only the queueing of bytes built once."""
-        tracker = channel.tracker
+        tracker = loaded.tracker
         frames = []
         for event in events:
             tracker.observe(event)
             frame = LiveFrame(event, tracker.snapshot())
-            channel.frames.append(frame)
+            loaded.frames.append(frame)
             frames.append(frame)
         if not frames:
             return
@@ -278,7 +278,7 @@ class Hub:
         joined: dict[Encoding, bytes] = {}
         held = frames[-1].held if frames else None
         written = 0
-        for outbox in channel.consumers:
+        for outbox in loaded.consumers:
             data = joined.get(outbox.encoding)
             if data is None:
                 data = joined[outbox.encoding] = b"".join(f.wire(outbox.encoding) for f in frames)
@@ -291,11 +291,11 @@ class Hub:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
-        now = channel.changed_at = time.monotonic()
+        now = loaded.changed_at = time.monotonic()
         for order in (self._changed, self._idle):  # to the end: the newest change
-            order.pop(channel, None)
-            order[channel] = now
-        self.persistence.changed(channel, len(events))
+            order.pop(loaded, None)
+            order[loaded] = now
+        self.persistence.changed(loaded, len(events))
 
     @property
     def behind(self) -> bool:
@@ -306,11 +306,11 @@ class Hub:
         """Wait while the store is behind by ``persist_queue`` writes or more."""
         await self.persistence.backpressure()
 
-    def released(self, channel: Channel) -> None:
+    def released(self, loaded: LoadedThread) -> None:
         """An agent let go of the thread (its last consumer: see :meth:`detach`): it may be
         unloaded ``UNLOAD_AFTER`` seconds from now, if nothing uses it by then."""
-        self._idle.pop(channel, None)
-        self._idle[channel] = time.monotonic()
+        self._idle.pop(loaded, None)
+        self._idle[loaded] = time.monotonic()
 
     async def _compactor(self) -> None:
         """Now and then: the records of quiet threads to the store, and idle threads unloaded.
@@ -323,23 +323,23 @@ class Hub:
     def _settle(self, now: float) -> None:
         changed, idle = self._changed, self._idle
         while changed:
-            channel, at = next(iter(changed.items()))
+            loaded, at = next(iter(changed.items()))
             if now - at < self.config.compact_seconds:
                 break
-            del changed[channel]
-            self.persistence.compact_if_due(channel, now)
+            del changed[loaded]
+            self.persistence.compact_if_due(loaded, now)
         retry, self._retry = self._retry, set()
         while idle:
-            channel, at = next(iter(idle.items()))
+            loaded, at = next(iter(idle.items()))
             if now - at <= UNLOAD_AFTER:
                 break
-            del idle[channel]
-            retry.add(channel)
-        for channel in retry:
-            loaded = self.channels.get(channel.key) is channel
-            in_use = channel.consumers or channel.producers  # back once they let go
-            if loaded and not in_use and not self._maybe_unload(channel):
-                self._retry.add(channel)  # its store work is not done: next tick
+            del idle[loaded]
+            retry.add(loaded)
+        for loaded in retry:
+            current = self.loaded.get(loaded.key) is loaded
+            in_use = loaded.consumers or loaded.producers  # back once they let go
+            if current and not in_use and not self._maybe_unload(loaded):
+                self._retry.add(loaded)  # its store work is not done: next tick
 
     async def _watchdog(self) -> None:
         """One timer for all consumers: close those stuck on one frame past slow_timeout, and
@@ -349,36 +349,36 @@ class Hub:
             tick = min(1.0, self.config.slow_timeout / 4, self.config.heartbeat / 4)
             await asyncio.sleep(max(0.05, tick))
             now = loop.time()
-            for channel in list(self._watched):
+            for loaded in list(self._watched):
                 beat: Frame | None = None
-                for outbox in list(channel.consumers):
+                for outbox in list(loaded.consumers):
                     outbox.check_slow(now)
                     if outbox.idle and now - outbox.last_sent >= self.config.heartbeat:
-                        thread = channel.thread
+                        thread = loaded.thread
                         beat = beat or Frame(control.heartbeat(thread.seq, thread.epoch))
                         outbox.reply(beat)
 
-    def _maybe_unload(self, channel: Channel) -> bool:
+    def _maybe_unload(self, loaded: LoadedThread) -> bool:
         """Forget a thread nobody uses whose every event is stored (True if it was); it loads
         again on demand."""
-        in_use = channel.consumers or channel.producers
-        in_use = in_use or self.persistence.busy(channel) or self.broker.busy(channel)
-        if in_use or channel.persisted_seq != channel.thread.seq:
+        in_use = loaded.consumers or loaded.producers
+        in_use = in_use or self.persistence.busy(loaded) or self.broker.busy(loaded)
+        if in_use or loaded.persisted_seq != loaded.thread.seq:
             return False
-        self.channels.pop(channel.key, None)
-        channel.become(Life.UNLOADED)
+        self.loaded.pop(loaded.key, None)
+        loaded.become(Life.UNLOADED)
         for order in (self._changed, self._idle):
-            order.pop(channel, None)
-        self._retry.discard(channel)
-        self.persistence.unloaded(channel)
-        self.broker.unloaded(channel)
-        self.on_unload(channel.key)
+            order.pop(loaded, None)
+        self._retry.discard(loaded)
+        self.persistence.unloaded(loaded)
+        self.broker.unloaded(loaded)
+        self.on_unload(loaded.key)
         return True
 
     # -- consumers ------------------------------------------------------------------------------
 
     def repair_frames(
-        self, channel: Channel, view: ConsumerView, cause: str, encoding: Encoding
+        self, loaded: LoadedThread, view: ConsumerView, cause: str, encoding: Encoding
     ) -> list[Frame]:
         """Frames taking one consumer from ``view`` to now.
 
@@ -389,10 +389,10 @@ class Hub:
         ``SYNC_REUSE_SECONDS``, not once per joiner. Past ``SYNC_REUSE`` events, or that
         age, it is built anew: a joiner gets the thread as of now, not a stale join and the
         burst of deltas since."""
-        thread = channel.thread
+        thread = loaded.thread
         view.before_repair(cause)
         key = (view.key(), encoding)
-        cached = channel.sync_cache.get(key)
+        cached = loaded.sync_cache.get(key)
         frames = None
         # Only for a fresh join (the consumer holds nothing): a consumer that held a position
         # must never be taken back to one it had passed, so other repairs are built anew.
@@ -404,10 +404,10 @@ class Hub:
             # As of now (the thread has not moved since), or recent enough to catch up.
             and (cached[0] == thread.seq or now - cached[2] <= SYNC_REUSE_SECONDS)
         ):
-            frames = self._caught_up(channel, encoding, cached[0], cached[1])
+            frames = self._caught_up(loaded, encoding, cached[0], cached[1])
         if frames is None:
             built = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
-            _remember(channel, key, (thread.seq, built, now))
+            _remember(loaded, key, (thread.seq, built, now))
             frames = built
             self.metrics.inc("agui_hub_sync_builds_total")
         view.catch_up(thread)
@@ -415,17 +415,17 @@ class Hub:
         return frames
 
     def _caught_up(
-        self, channel: Channel, encoding: Encoding, seq: int, built: list[Frame]
+        self, loaded: LoadedThread, encoding: Encoding, seq: int, built: list[Frame]
     ) -> list[Frame] | None:
         """``built`` (repair frames to ``seq``) and the live frames since, or None if the
         thread moved more than ``SYNC_REUSE`` events on, or the log cannot show them all."""
-        thread = channel.thread
+        thread = loaded.thread
         behind = thread.seq - seq
         if behind == 0:
             return built
-        if not 0 < behind <= SYNC_REUSE or behind > len(channel.frames):
+        if not 0 < behind <= SYNC_REUSE or behind > len(loaded.frames):
             return None
-        frames = channel.frames
+        frames = loaded.frames
         live = [frames[i] for i in range(len(frames) - behind, len(frames))]
         first = live[0].event["metadata"]["hub"]
         if first["seq"] != seq + 1 or first["epoch"] != thread.epoch:
@@ -442,41 +442,41 @@ class Hub:
         return built + live
 
     def attach(
-        self, channel: Channel, outbox: Outbox, since: int | None, epoch: str | None
+        self, loaded: LoadedThread, outbox: Outbox, since: int | None, epoch: str | None
     ) -> str | None:
         """Start feeding a consumer: replay from ``since`` if the log holds it, else a snapshot.
 
         Returns the snapshot cause, or None for a replay. Synchronous, so no event slips
         between the decision and the subscription.
         """
-        if not channel.attachable:  # never feed a consumer from a copy nobody will write to
-            raise Unavailable(f"the thread is {channel.life.value} here; connect again")
+        if not loaded.attachable:  # never feed a consumer from a copy nobody will write to
+            raise Unavailable(f"the thread is {loaded.life.value} here; connect again")
         cause: str | None = "join"
         if since is not None:
-            events, cause = resume(channel.thread, since, epoch)
+            events, cause = resume(loaded.thread, since, epoch)
             if events is not None:
-                outbox.view.catch_up(channel.thread)
-                first = len(channel.frames) - len(events)
-                for i in range(first, len(channel.frames)):
-                    outbox.push(channel.frames[i])
+                outbox.view.catch_up(loaded.thread)
+                first = len(loaded.frames) - len(events)
+                for i in range(first, len(loaded.frames)):
+                    outbox.push(loaded.frames[i])
         if cause is not None:
             outbox.repair(cause)
-        channel.consumers.add(outbox)
-        self._watched.add(channel)
+        loaded.consumers.add(outbox)
+        self._watched.add(loaded)
         return cause
 
-    def detach(self, channel: Channel, outbox: Outbox) -> None:
-        channel.consumers.discard(outbox)
-        if not channel.consumers:
-            self._watched.discard(channel)
-            self.broker.left(channel)
-            self.released(channel)
+    def detach(self, loaded: LoadedThread, outbox: Outbox) -> None:
+        loaded.consumers.discard(outbox)
+        if not loaded.consumers:
+            self._watched.discard(loaded)
+            self.broker.left(loaded)
+            self.released(loaded)
 
     def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
         """Scrape-time gauges: (name, HELP, labels, value)."""
         return [
             *self.store.gauges(),
-            ("agui_hub_threads", "Threads loaded on this node.", {}, float(len(self.channels))),
+            ("agui_hub_threads", "Threads loaded on this node.", {}, float(len(self.loaded))),
             (
                 "agui_hub_bus_subscriptions",
                 "Threads this node listens to on the bus.",
@@ -487,19 +487,19 @@ class Hub:
 
     def consumer_lags(self) -> Iterator[int]:
         """How many events each consumer on this node is behind its thread (by its acks)."""
-        for channel in self.channels.values():
-            seq = channel.thread.seq
-            for outbox in channel.consumers:
+        for loaded in self.loaded.values():
+            seq = loaded.thread.seq
+            for outbox in loaded.consumers:
                 yield seq - outbox.acked
 
 
 def _remember(
-    channel: Channel, key: tuple[Any, Encoding], entry: tuple[int, list[Frame], float]
+    loaded: LoadedThread, key: tuple[Any, Encoding], entry: tuple[int, list[Frame], float]
 ) -> None:
     """Keep a repair just built, within SYNC_CACHE_KEYS and SYNC_CACHE_BYTES (oldest out)."""
-    cache = channel.sync_cache
+    cache = loaded.sync_cache
     cache.pop(key, None)
-    seq, now = channel.thread.seq, entry[2]
+    seq, now = loaded.thread.seq, entry[2]
     for old_key, (old_seq, _, built_at) in list(cache.items()):
         if old_seq != seq and now - built_at > SYNC_REUSE_SECONDS:
             del cache[old_key]  # the thread moved on, and it is too old to catch up from

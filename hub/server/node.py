@@ -1,7 +1,7 @@
 """What the parts of a node share without importing one another.
 
 The hub (:mod:`hub.server.hub`) holds the loaded threads and fans out; the persistence layer
-and the broker work on its channels through the narrow :class:`Node` below, so neither imports
+and the broker work on its loaded threads through the narrow :class:`Node` below, so neither imports
 the hub back.
 """
 
@@ -15,7 +15,7 @@ from typing import Protocol
 
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError
-from hub.server.channel import Channel
+from hub.server.loaded import LoadedThread
 from hub.store.base import connection_failure, outage_reason
 
 log = logging.getLogger("agui_hub.store")
@@ -39,9 +39,9 @@ class Node(Protocol):
     """The loaded threads of a node, and its fan-out (what :class:`~hub.server.hub.Hub` is)."""
 
     @property
-    def channels(self) -> Mapping[str, Channel]: ...
+    def loaded(self) -> Mapping[str, LoadedThread]: ...
 
-    def fan_out(self, channel: Channel, events: list[Event], *, count: bool = True) -> None:
+    def fan_out(self, loaded: LoadedThread, events: list[Event], *, count: bool = True) -> None:
         """Committed events to every consumer of the thread on this node (never waits)."""
 
     async def load_thread(self, key: str) -> Thread:

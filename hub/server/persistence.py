@@ -43,8 +43,8 @@ from typing import Any
 
 from hub.core.thread import Event, Outcome
 from hub.errors import HubInternalError, Unavailable
-from hub.server.channel import Channel
 from hub.server.config import Config
+from hub.server.loaded import LoadedThread
 from hub.server.metrics import Metrics
 from hub.server.node import Change, Node, StoreHealth, apply_change
 from hub.server.thread_writer import Follower, ThreadWriter
@@ -79,29 +79,29 @@ class Persistence(ABC):
         self.health = health or StoreHealth(store.label)
         self._writes: WriteQueue[tuple[str, str, Any]] = WriteQueue(config.persist_queue)
         #: Events per thread since its record was last queued for the store.
-        self._unsaved: dict[Channel, int] = {}
+        self._unsaved: dict[LoadedThread, int] = {}
         #: Threads the store failed for good, by key: the node writes nothing more of them
         #: (see the module's docstring).
         self._failed: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
     @abstractmethod
-    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
+    def submit(self, loaded: LoadedThread, change: Change) -> asyncio.Future[Outcome]:
         """Apply ``change`` to the thread, fan out what it produced, and store it; the future
         answers once it is committed (or refused)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._persister(), name="persister")
 
-    def busy(self, channel: Channel) -> bool:
+    def busy(self, loaded: LoadedThread) -> bool:
         """Something of the thread is not in the store yet (it must not be unloaded)."""
-        return channel in self._unsaved
+        return loaded in self._unsaved
 
-    def unloaded(self, channel: Channel) -> None:
+    def unloaded(self, loaded: LoadedThread) -> None:
         """The thread was unloaded: forget what is kept about it (a failed thread is unloaded
         only when the store holds every event of it: it loads again from there)."""
-        self._unsaved.pop(channel, None)
-        self._failed.discard(channel.key)
+        self._unsaved.pop(loaded, None)
+        self._failed.discard(loaded.key)
 
     @property
     def behind(self) -> bool:
@@ -114,22 +114,22 @@ class Persistence(ABC):
 
     # -- records --------------------------------------------------------------------------------
 
-    def changed(self, channel: Channel, count: int) -> None:
+    def changed(self, loaded: LoadedThread, count: int) -> None:
         """``count`` events were fanned out: the record is due after ``compact_every``."""
-        unsaved = self._unsaved[channel] = self._unsaved.get(channel, 0) + count
+        unsaved = self._unsaved[loaded] = self._unsaved.get(loaded, 0) + count
         if unsaved >= self.config.compact_every:
-            self.compact(channel)
+            self.compact(loaded)
 
-    def compact_if_due(self, channel: Channel, now: float) -> None:
+    def compact_if_due(self, loaded: LoadedThread, now: float) -> None:
         """Queue the record of a thread quiet for ``compact_seconds`` with unsaved events."""
-        if channel in self._unsaved and now - channel.changed_at >= self.config.compact_seconds:
-            self.compact(channel)
+        if loaded in self._unsaved and now - loaded.changed_at >= self.config.compact_seconds:
+            self.compact(loaded)
 
-    def compact(self, channel: Channel) -> None:
-        if self._unsaved.pop(channel, 0) and channel.key not in self._failed:
-            thread = channel.thread
+    def compact(self, loaded: LoadedThread) -> None:
+        if self._unsaved.pop(loaded, 0) and loaded.key not in self._failed:
+            thread = loaded.thread
             position = (thread.seq, thread.epoch)
-            self._write(("record", channel.key, (pack(thread.to_record()), position)))
+            self._write(("record", loaded.key, (pack(thread.to_record()), position)))
 
     # -- the queue ------------------------------------------------------------------------------
 
@@ -140,14 +140,14 @@ class Persistence(ABC):
         """Store what is pending, then stop. A store that is gone must not keep the process
         alive: the flush gives up after ``flush_timeout`` seconds, or after ``drain_timeout``
         seconds of the store failing."""
-        for channel in self.node.channels.values():
-            self.compact(channel)
-            if channel.key in self._failed and channel.thread.seq > channel.persisted_seq:
+        for loaded in self.node.loaded.values():
+            self.compact(loaded)
+            if loaded.key in self._failed and loaded.thread.seq > loaded.persisted_seq:
                 log.error(
                     "stopping with events %d-%d of thread %s not stored: the store failed them",
-                    channel.persisted_seq + 1,
-                    channel.thread.seq,
-                    channel.key,
+                    loaded.persisted_seq + 1,
+                    loaded.thread.seq,
+                    loaded.key,
                 )
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -185,10 +185,10 @@ class Persistence(ABC):
                 if not await self._retry(tid, self.store.append, tid, events):
                     continue
                 self.metrics.observe("agui_hub_commit_seconds", time.monotonic() - started)
-                channel = self.node.channels.get(tid)
-                if channel is not None:
-                    channel.persisted_seq = max(
-                        channel.persisted_seq, events[-1]["metadata"]["hub"]["seq"]
+                loaded = self.node.loaded.get(tid)
+                if loaded is not None:
+                    loaded.persisted_seq = max(
+                        loaded.persisted_seq, events[-1]["metadata"]["hub"]["seq"]
                     )
             pending.clear()
 
@@ -226,8 +226,8 @@ class Persistence(ABC):
 
     def _fail(self, thread_id: str, exc: Exception) -> None:
         """The store cannot take a write of the thread, ever: stop writing it (once)."""
-        channel = self.node.channels.get(thread_id)
-        stored = channel.persisted_seq if channel is not None else 0
+        loaded = self.node.loaded.get(thread_id)
+        stored = loaded.persisted_seq if loaded is not None else 0
         self._failed.add(thread_id)
         self.metrics.inc("agui_hub_store_write_failures_total", kind="permanent")
         log.error(
@@ -263,54 +263,54 @@ class LocalPersistence(Persistence):
         health: StoreHealth | None = None,
     ) -> None:
         super().__init__(node, store, config, metrics, health=health)
-        self._pending: dict[Channel, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
-        self._applied_at: dict[Channel, float] = {}
+        self._pending: dict[LoadedThread, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
+        self._applied_at: dict[LoadedThread, float] = {}
 
-    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
+    def submit(self, loaded: LoadedThread, change: Change) -> asyncio.Future[Outcome]:
         """Never waits for the store: the future is done now, or on the loop's next turn. A
         thread the store failed for good takes no more changes (they could never be stored)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outcome] = loop.create_future()
-        if channel.key in self._failed:
+        if loaded.key in self._failed:
             future.set_result(
                 Outcome(error=Unavailable("the store cannot take this thread's events"))
             )
             return future
-        pending = self._pending.get(channel)
+        pending = self._pending.get(loaded)
         if pending is None:
-            if loop.time() - self._applied_at.get(channel, -1.0) > self.BURST:
-                self._pending[channel] = [(change, future)]
-                self._apply(channel)  # quiet until now: no batch to wait for
+            if loop.time() - self._applied_at.get(loaded, -1.0) > self.BURST:
+                self._pending[loaded] = [(change, future)]
+                self._apply(loaded)  # quiet until now: no batch to wait for
                 return future
-            pending = self._pending[channel] = []
-            loop.call_soon(self._apply, channel)
+            pending = self._pending[loaded] = []
+            loop.call_soon(self._apply, loaded)
         pending.append((change, future))
         return future
 
-    def unloaded(self, channel: Channel) -> None:
-        super().unloaded(channel)
-        self._applied_at.pop(channel, None)
+    def unloaded(self, loaded: LoadedThread) -> None:
+        super().unloaded(loaded)
+        self._applied_at.pop(loaded, None)
 
-    def busy(self, channel: Channel) -> bool:
-        return super().busy(channel) or channel in self._pending
+    def busy(self, loaded: LoadedThread) -> bool:
+        return super().busy(loaded) or loaded in self._pending
 
-    def _apply(self, channel: Channel) -> None:
+    def _apply(self, loaded: LoadedThread) -> None:
         """Every change waiting for the thread, in order, then one fan-out and one write."""
-        pending = self._pending.pop(channel, [])
-        self._applied_at[channel] = asyncio.get_running_loop().time()
+        pending = self._pending.pop(loaded, [])
+        self._applied_at[loaded] = asyncio.get_running_loop().time()
         events: list[Event] = []
         outcomes = []
         for change, _ in pending:
             try:
-                outcome = apply_change(change, channel.thread)
+                outcome = apply_change(change, loaded.thread)
             except Exception:  # a bug: answer it, and keep the thread's other changes going
-                log.exception("applying a change to thread %s failed", channel.key)
+                log.exception("applying a change to thread %s failed", loaded.key)
                 outcome = Outcome(error=HubInternalError("internal error"))
             events.extend(outcome.events)
             outcomes.append(outcome)
         if events:
-            self.node.fan_out(channel, events)
-            self._write(("append", channel.key, events))
+            self.node.fan_out(loaded, events)
+            self._write(("append", loaded.key, events))
         for (_, future), outcome in zip(pending, outcomes, strict=True):
             if not future.done():
                 future.set_result(outcome)
@@ -331,22 +331,22 @@ class SharedPersistence(Persistence):
     ) -> None:
         super().__init__(node, store, config, metrics, health=health)
         self.follower = follower
-        self._writers: dict[Channel, ThreadWriter] = {}
+        self._writers: dict[LoadedThread, ThreadWriter] = {}
 
-    def submit(self, channel: Channel, change: Change) -> asyncio.Future[Outcome]:
-        writer = self._writers.get(channel)
+    def submit(self, loaded: LoadedThread, change: Change) -> asyncio.Future[Outcome]:
+        writer = self._writers.get(loaded)
         if writer is None:
-            writer = ThreadWriter(channel, self.store, self.metrics, self.follower, self.health)
-            self._writers[channel] = writer
+            writer = ThreadWriter(loaded, self.store, self.metrics, self.follower, self.health)
+            self._writers[loaded] = writer
         return writer.submit(change)
 
-    def busy(self, channel: Channel) -> bool:
-        writer = self._writers.get(channel)
-        return super().busy(channel) or (writer is not None and writer.busy)
+    def busy(self, loaded: LoadedThread) -> bool:
+        writer = self._writers.get(loaded)
+        return super().busy(loaded) or (writer is not None and writer.busy)
 
-    def unloaded(self, channel: Channel) -> None:
-        super().unloaded(channel)
-        self._writers.pop(channel, None)
+    def unloaded(self, loaded: LoadedThread) -> None:
+        super().unloaded(loaded)
+        self._writers.pop(loaded, None)
 
     async def close(self, flush_timeout: float = 30.0) -> None:
         """Commit what the writers hold (bounded by ``drain_timeout``), then as above."""

@@ -408,9 +408,9 @@ class ReceiptsService:
     async def _publish(self, tenant: _Tenant, now: datetime) -> bool:
         """Bring the tenant's board thread to this node's board. True when done (or when the
         thread is ahead of this node, which then has nothing to say)."""
-        channel = await self.hub.channel(tenant_key(tenant.name, BOARD_THREAD))
-        await self.hub.refresh(channel)
-        current = channel.thread.state
+        loaded = await self.hub.load(tenant_key(tenant.name, BOARD_THREAD))
+        await self.hub.refresh(loaded)
+        current = loaded.thread.state
         board = tenant.board
         if _is_board(current):
             seen = current.get("records")
@@ -435,10 +435,10 @@ class ReceiptsService:
             if current.get("records") != board.records:
                 op = "replace" if "records" in current else "add"
                 patch.append({"op": op, "path": "/records", "value": board.records})
-            outcome = await self.hub.publish(channel, {"type": "STATE_DELTA", "delta": patch})
+            outcome = await self.hub.publish(loaded, {"type": "STATE_DELTA", "delta": patch})
             if outcome.error is None:
                 return True
             if not isinstance(outcome.error, PatchFailed):
                 return False
-        outcome = await self.hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": new})
+        outcome = await self.hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": new})
         return outcome.error is None

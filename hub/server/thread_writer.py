@@ -40,7 +40,7 @@ from typing import Protocol
 
 from hub.core.thread import Event, Outcome
 from hub.errors import StoreConflict, Unavailable, UnknownThread
-from hub.server.channel import Channel
+from hub.server.loaded import LoadedThread
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
 from hub.store import Store
@@ -73,13 +73,13 @@ class _Abandoned(Exception):
 class Follower(Protocol):
     """What keeps the node's committed copy in line with the store (see hub.server.broker)."""
 
-    def apply_inbox(self, channel: Channel) -> bool:
+    def apply_inbox(self, loaded: LoadedThread) -> bool:
         """Apply what other nodes appended; False if it shows a gap."""
 
-    def committed(self, channel: Channel, events: list[Event]) -> None:
+    def committed(self, loaded: LoadedThread, events: list[Event]) -> None:
         """The store holds ``events``: the committed copy takes them, and they go out."""
 
-    async def try_reload(self, channel: Channel) -> bool:
+    async def try_reload(self, loaded: LoadedThread) -> bool:
         """Reload the thread from the store; False if the store cannot be read."""
 
 
@@ -88,13 +88,13 @@ class ThreadWriter:
 
     def __init__(
         self,
-        channel: Channel,
+        loaded: LoadedThread,
         store: Store,
         metrics: Metrics,
         follower: Follower,
         health: StoreHealth,
     ) -> None:
-        self.channel = channel
+        self.loaded = loaded
         self.store = store
         self.metrics = metrics
         self.follower = follower
@@ -109,7 +109,7 @@ class ThreadWriter:
         self._queue.append((change, future))
         self._wake.set()
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name=f"writer-{self.channel.key}")
+            self._task = asyncio.create_task(self._run(), name=f"writer-{self.loaded.key}")
         return future
 
     @property
@@ -137,8 +137,8 @@ class ThreadWriter:
             try:
                 outcomes = await self._commit([change for change, _ in batch])
             except Exception:  # a bug: answer, never leave an agent waiting forever
-                log.exception("committing to thread %s failed", self.channel.key)
-                self.channel.draft = None  # a change may have stopped half way through it
+                log.exception("committing to thread %s failed", self.loaded.key)
+                self.loaded.draft = None  # a change may have stopped half way through it
                 outcomes = _refused([change for change, _ in batch], "internal error")
             for (_, future), outcome in zip(batch, outcomes, strict=True):
                 if not future.done():
@@ -147,16 +147,16 @@ class ThreadWriter:
     # -- one batch ------------------------------------------------------------------------------
 
     async def _commit(self, changes: list[Change]) -> list[Outcome]:
-        channel = self.channel
+        loaded = self.loaded
         shared = self.follower
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, 0.001 * 2**attempt)))
-            async with channel.lock:
-                if channel.stale and not await shared.try_reload(channel):
+            async with loaded.lock:
+                if loaded.stale and not await shared.try_reload(loaded):
                     return _refused(changes, "the store is unavailable")
-                shared.apply_inbox(channel)
-                draft = channel.draft_copy()
+                shared.apply_inbox(loaded)
+                draft = loaded.draft_copy()
                 outcomes = [apply_change(change, draft) for change in changes]
                 events = [event for outcome in outcomes for event in outcome.events]
                 if not events:
@@ -164,14 +164,14 @@ class ThreadWriter:
                 try:
                     await self._append(events)
                 except _Raced:
-                    channel.draft = None
-                    if not await shared.try_reload(channel):
+                    loaded.draft = None
+                    if not await shared.try_reload(loaded):
                         return _refused(changes, "the store is unavailable")
                     continue
                 except _Lost:
-                    channel.draft = None
+                    loaded.draft = None
                 else:
-                    shared.committed(channel, events)
+                    shared.committed(loaded, events)
                     return outcomes
             # In doubt: settle it (outside the lock, so readers and followers go on).
             try:
@@ -185,7 +185,7 @@ class ThreadWriter:
     async def _append(self, events: list[Event]) -> None:
         started = time.monotonic()
         try:
-            await self.store.append(self.channel.key, events)
+            await self.store.append(self.loaded.key, events)
             self.metrics.observe("agui_hub_commit_seconds", time.monotonic() - started)
         except StoreConflict as exc:
             self.metrics.inc("agui_hub_append_conflicts_total")
@@ -197,7 +197,7 @@ class ThreadWriter:
             if transient(exc):
                 self.health.unreachable(exc)  # the outage, logged once (not per thread)
             elif self.health.ok:
-                log.warning("append to thread %s failed (%s); retrying", self.channel.key, exc)
+                log.warning("append to thread %s failed (%s); retrying", self.loaded.key, exc)
             self.health.ok = False
             raise _Lost from exc
         self.health.ok = True
@@ -206,13 +206,13 @@ class ThreadWriter:
     async def _settle(self, events: list[Event]) -> bool:
         """Send a batch in doubt again until the store answers. True: it is stored (and
         committed here); False: the store holds something else there, nothing of it."""
-        channel = self.channel
+        loaded = self.loaded
         shared = self.follower
         delay = SETTLE_MIN
         while True:
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, SETTLE_MAX)
-            async with channel.lock:
+            async with loaded.lock:
                 try:
                     await self._append(events)
                 except _Lost:
@@ -220,16 +220,16 @@ class ThreadWriter:
                         log.error(
                             "stopping with %d event(s) of thread %s in doubt (seq %d-%d): the "
                             "store never answered; their agents were not acknowledged",
-                            len(events), channel.key, seq_of(events[0]), seq_of(events[-1]),
+                            len(events), loaded.key, seq_of(events[0]), seq_of(events[-1]),
                         )  # fmt: skip
                         raise _Abandoned from None
                     continue
                 except _Raced:
-                    channel.draft = None
-                    await shared.try_reload(channel)
+                    loaded.draft = None
+                    await shared.try_reload(loaded)
                     return False
-                log.warning("thread %s: the store took the events in doubt", channel.key)
-                shared.committed(channel, events)
+                log.warning("thread %s: the store took the events in doubt", loaded.key)
+                shared.committed(loaded, events)
                 return True
 
 

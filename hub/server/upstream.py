@@ -52,10 +52,10 @@ from hub.errors import (
     UnknownAgent,
     UnknownRun,
 )
-from hub.server.channel import Channel
 from hub.server.config import AgentTarget
 from hub.server.guard import Guard
 from hub.server.hub import Hub
+from hub.server.loaded import LoadedThread
 from hub.server.logs import about
 from hub.server.node import Change
 from hub.store.base import transient
@@ -121,7 +121,7 @@ class Upstream:
 
     async def start(
         self,
-        channel: Channel,
+        loaded: LoadedThread,
         command: control.Run,
         run_id: str | None = None,
         on_open: Callable[[Thread], None] | None = None,
@@ -133,7 +133,7 @@ class Upstream:
         target = self.config.agents.get(command.agent)
         if target is None:
             raise UnknownAgent("no agent of that name is configured")
-        thread_id = channel.thread.thread_id
+        thread_id = loaded.thread.thread_id
         self.guard.check_write(thread_id)
         added = _input_messages(command)
         run_id = run_id or str(uuid.uuid4())
@@ -174,43 +174,43 @@ class Upstream:
             return outcome
 
         store = self.hub.store
-        if channel.thread.run is not None:  # before leasing: another run's lease stays its own
+        if loaded.thread.run is not None:  # before leasing: another run's lease stays its own
             raise RunInProgress("the thread has a run open; one at a time")
         # Leased before the run opens: no node may see it open without a lease.
-        await store.lease_run(channel.key, run_id, LEASE_TTL)
-        outcome = await asyncio.shield(self.hub.submit(channel, open_run))
+        await store.lease_run(loaded.key, run_id, LEASE_TTL)
+        outcome = await asyncio.shield(self.hub.submit(loaded, open_run))
         if outcome.error is not None:
-            await store.release_run(channel.key, run_id)
+            await store.release_run(loaded.key, run_id)
             raise outcome.error
-        channel.producers += 1  # keeps the thread loaded while the run lasts
-        task = asyncio.create_task(self._run(channel, target, run_id, dict(built)))
-        self.runs[(channel.key, run_id)] = task
+        loaded.producers += 1  # keeps the thread loaded while the run lasts
+        task = asyncio.create_task(self._run(loaded, target, run_id, dict(built)))
+        self.runs[(loaded.key, run_id)] = task
         return {"threadId": thread_id, "runId": run_id}
 
-    async def cancel(self, channel: Channel, run_id: str) -> None:
+    async def cancel(self, loaded: LoadedThread, run_id: str) -> None:
         """End the run ``run_id`` with ``RUN_ERROR`` ``cancelled``: this node's call to the
         agent is closed; a run this node does not call (another node's, or an agent
         connection's) is ended in the thread all the same."""
-        task = self.runs.get((channel.key, run_id))
+        task = self.runs.get((loaded.key, run_id))
         if task is not None:
             task.cancel()
             await asyncio.wait([task], timeout=STOP_TIMEOUT)
             return
-        if channel.thread.run_id != run_id:
+        if loaded.thread.run_id != run_id:
             raise UnknownRun("that run is not open on this thread")
         outcome = await asyncio.shield(
-            self.hub.submit(channel, _ending(run_id, "the run was cancelled", "cancelled"))
+            self.hub.submit(loaded, _ending(run_id, "the run was cancelled", "cancelled"))
         )
         if outcome.error is not None:
             raise outcome.error
 
     # -- one run --------------------------------------------------------------------------------
 
-    async def _run(self, channel: Channel, target: AgentTarget, run_id: str, body: Any) -> None:
+    async def _run(self, loaded: LoadedThread, target: AgentTarget, run_id: str, body: Any) -> None:
         code, message = "agent_error", "the agent's run failed"
-        renewing = asyncio.create_task(self._renew(channel.key, run_id))
+        renewing = asyncio.create_task(self._renew(loaded.key, run_id))
         try:
-            code, message = await self._call(channel, target, run_id, body)
+            code, message = await self._call(loaded, target, run_id, body)
         except asyncio.CancelledError:
             if self._closing:
                 code, message = "agent_disconnected", "the hub node running the agent stopped"
@@ -221,18 +221,18 @@ class Upstream:
                 "the run %s of agent %s failed",
                 run_id,
                 target.name,
-                extra=about(channel.key, run=run_id),
+                extra=about(loaded.key, run=run_id),
             )
         finally:
             renewing.cancel()
-            self.runs.pop((channel.key, run_id), None)
-            channel.producers -= 1
-            self.hub.released(channel)
+            self.runs.pop((loaded.key, run_id), None)
+            loaded.producers -= 1
+            self.hub.released(loaded)
         try:
-            await asyncio.shield(self.hub.submit(channel, _ending(run_id, message, code)))
-            await self.hub.store.release_run(channel.key, run_id)
+            await asyncio.shield(self.hub.submit(loaded, _ending(run_id, message, code)))
+            await self.hub.store.release_run(loaded.key, run_id)
         except Exception:
-            log.exception("ending the run %s failed", run_id, extra=about(channel.key, run=run_id))
+            log.exception("ending the run %s failed", run_id, extra=about(loaded.key, run=run_id))
 
     # -- leases ---------------------------------------------------------------------------------
 
@@ -256,10 +256,10 @@ class Upstream:
         while True:
             await asyncio.sleep(LEASE_CHECK)
             for (key, mine), task in list(self.runs.items()):
-                channel = self.hub.channels.get(key)
-                if channel is not None:
+                loaded = self.hub.loaded.get(key)
+                if loaded is not None:
                     try:
-                        await self._stop_if_ended(channel, mine, task)
+                        await self._stop_if_ended(loaded, mine, task)
                     except Exception as exc:
                         self._store_failed(exc, "checking run %s failed: %s", mine)
             try:
@@ -268,48 +268,50 @@ class Upstream:
                 self._store_failed(exc, "listing the lapsed run leases failed: %s")
                 continue
             for key, run_id in lapsed:
-                channel = self.hub.channels.get(key)
-                if channel is None or (key, run_id) in self.runs:
+                loaded = self.hub.loaded.get(key)
+                if loaded is None or (key, run_id) in self.runs:
                     continue
                 try:
-                    await self._end_if_lapsed(channel, run_id)
+                    await self._end_if_lapsed(loaded, run_id)
                 except Exception as exc:  # the store is away: look again later
                     self._store_failed(exc, "checking the lease of run %s failed: %s", run_id)
 
-    async def _stop_if_ended(self, channel: Channel, run_id: str, task: asyncio.Task[None]) -> None:
+    async def _stop_if_ended(
+        self, loaded: LoadedThread, run_id: str, task: asyncio.Task[None]
+    ) -> None:
         """A run this node calls the agent for, ended elsewhere (cancelled from another node):
         close the request now, not at the agent's next bytes (it may be silent for long)."""
-        await self.hub.refresh(channel)  # a head check: cheap, and a no-op on local stores
-        if channel.thread.run_id != run_id:
+        await self.hub.refresh(loaded)  # a head check: cheap, and a no-op on local stores
+        if loaded.thread.run_id != run_id:
             task.cancel()  # its ending finds the run over, and publishes nothing
 
-    async def _end_if_lapsed(self, channel: Channel, run_id: str) -> None:
+    async def _end_if_lapsed(self, loaded: LoadedThread, run_id: str) -> None:
         """A lease that lapsed: end its run if the thread still has it open, else only drop
         the lease (its run ended, but the release was lost with its node)."""
         store = self.hub.store
-        lease = await store.run_lease(channel.key)
+        lease = await store.run_lease(loaded.key)
         if lease == (run_id, True):
             return  # renewed meanwhile
         if lease is None or lease[0] != run_id:
-            await store.release_run(channel.key, run_id)  # a newer run's, or none: stale
+            await store.release_run(loaded.key, run_id)  # a newer run's, or none: stale
             return
-        await self.hub.refresh(channel)  # a copy nobody here follows may be behind
-        if channel.thread.run_id != run_id:
-            await store.release_run(channel.key, run_id)
+        await self.hub.refresh(loaded)  # a copy nobody here follows may be behind
+        if loaded.thread.run_id != run_id:
+            await store.release_run(loaded.key, run_id)
             return
         log.warning(
             "run %s: its node stopped renewing the lease; ending it",
             run_id,
-            extra=about(channel.key, run=run_id, code="agent_disconnected"),
+            extra=about(loaded.key, run=run_id, code="agent_disconnected"),
         )
         message = "the hub node running the agent went away"
         await asyncio.shield(
-            self.hub.submit(channel, _ending(run_id, message, "agent_disconnected"))
+            self.hub.submit(loaded, _ending(run_id, message, "agent_disconnected"))
         )
-        await store.release_run(channel.key, run_id)
+        await store.release_run(loaded.key, run_id)
 
     async def _call(
-        self, channel: Channel, target: AgentTarget, run_id: str, body: Any
+        self, loaded: LoadedThread, target: AgentTarget, run_id: str, body: Any
     ) -> tuple[str, str]:
         """Call the agent and submit what it streams; the code and message to end the run with
         if it is still open when this returns."""
@@ -323,7 +325,7 @@ class Upstream:
                 kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if kind != "text/event-stream":
                     return "agent_error", "the agent's answer is not an event stream"
-                return await self._stream(channel, response, target, run_id)
+                return await self._stream(loaded, response, target, run_id)
         except (httpx.ConnectError, httpx.ConnectTimeout):
             return "agent_unavailable", "the agent could not be reached"
         except httpx.TimeoutException:
@@ -334,12 +336,12 @@ class Upstream:
             return "agent_error", f"the agent's stream is not usable: {exc.message}"
 
     async def _stream(
-        self, channel: Channel, response: httpx.Response, target: AgentTarget, run_id: str
+        self, loaded: LoadedThread, response: httpx.Response, target: AgentTarget, run_id: str
     ) -> tuple[str, str]:
         hub, guard = self.hub, self.guard
         parser = SSEParser(max_event=self.config.max_frame)
         bucket = guard.connection_bucket()
-        tenant = channel.key.partition("/")[0]
+        tenant = loaded.key.partition("/")[0]
         pending: deque[asyncio.Future[Outcome]] = deque()
         over: list[bool] = []  # not empty once a commit found the run ended (e.g. cancelled)
 
@@ -353,13 +355,13 @@ class Upstream:
                     run_id,
                     target.name,
                     error.code,
-                    extra=about(channel.key, run=run_id, code=error.code),
+                    extra=about(loaded.key, run=run_id, code=error.code),
                 )
 
         first = True
         try:
             async for chunk in response.aiter_bytes():
-                if not first and channel.thread.run_id != run_id:
+                if not first and loaded.thread.run_id != run_id:
                     return "cancelled", "the run ended"  # ended from elsewhere: stop
                 for data in parser.feed(chunk):
                     try:
@@ -368,7 +370,7 @@ class Upstream:
                         event, warnings = parse_event(frame)
                     except MalformedPatch as exc:
                         await asyncio.shield(
-                            hub.submit(channel, _ending(run_id, exc.message, exc.code))
+                            hub.submit(loaded, _ending(run_id, exc.message, exc.code))
                         )
                         return "malformed_patch", exc.message
                     except PeerError:
@@ -378,7 +380,7 @@ class Upstream:
                             "run %s: %s",
                             run_id,
                             "; ".join(warnings),
-                            extra=about(channel.key, run=run_id),
+                            extra=about(loaded.key, run=run_id),
                         )
                     if first:
                         first = False
@@ -387,7 +389,7 @@ class Upstream:
                         continue  # the hub published the run's RUN_STARTED already
                     await hub.backpressure()
                     await guard.pace(bucket, tenant)
-                    pending.append(hub.submit(channel, _publishing(guard, event, run_id, over)))
+                    pending.append(hub.submit(loaded, _publishing(guard, event, run_id, over)))
                     pending[-1].add_done_callback(settled)
                     if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
                         await _settle(pending)

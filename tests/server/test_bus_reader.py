@@ -73,7 +73,7 @@ async def test_a_bus_message_the_reader_cannot_take_restarts_it_and_the_copy_cat
             assert asyncio.get_running_loop().time() < deadline, f"/readyz never said {status}"
             await asyncio.sleep(0.005)
 
-    on_a, on_b = await a.channel("t"), await b.channel("t")
+    on_a, on_b = await a.load("t"), await b.load("t")
     await b.follow(on_b)  # b has a consumer of the thread: it listens to its bus channel
     await a.publish(on_a, custom(1))
     await eventually(lambda: on_b.thread.seq == 1)  # over the bus
@@ -121,7 +121,7 @@ async def test_a_failing_deliver_restarts_the_reader_and_later_messages_are_deli
     monkeypatch.setattr(shared, "deliver", deliver)
     await a.start()
     await b.start()
-    on_a, on_b = await a.channel("t"), await b.channel("t")
+    on_a, on_b = await a.load("t"), await b.load("t")
     await b.follow(on_b)
     await a.publish(on_a, custom(1))  # deliver fails on it: the reader ends, and restarts
     await eventually(lambda: on_b.thread.seq == 1)  # from the store, after the restart

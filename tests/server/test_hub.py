@@ -10,18 +10,18 @@ from hub.store.memory import MemoryStore
 
 async def test_a_snapshot_is_encoded_once_for_every_joiner_while_the_agent_writes_on() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 10_000}})
-    first = hub.repair_frames(channel, ConsumerView(), "join", "json")
-    storm = [hub.repair_frames(channel, ConsumerView(), "join", "json") for _ in range(100)]
+    loaded = await hub.load("t")
+    await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 10_000}})
+    first = hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    storm = [hub.repair_frames(loaded, ConsumerView(), "join", "json") for _ in range(100)]
     assert all(frames is first for frames in storm)  # the same encoded frames, not copies
-    packed = hub.repair_frames(channel, ConsumerView(), "join", "msgpack")
+    packed = hub.repair_frames(loaded, ConsumerView(), "join", "msgpack")
     assert packed is not first
     for n in range(1, 4):  # the agent writes on while tabs keep joining
         await hub.publish(
-            channel, {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/n{n}", "value": n}]}
+            loaded, {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/n{n}", "value": n}]}
         )
-    after = hub.repair_frames(channel, ConsumerView(), "join", "json")
+    after = hub.repair_frames(loaded, ConsumerView(), "join", "json")
     # The snapshot encoded at seq 1, then the three live frames: no new encode of the state.
     assert after[: len(first)] == first and len(after) == len(first) + 3
     assert [f.event["metadata"]["hub"]["seq"] for f in after[len(first) :]] == [2, 3, 4]
@@ -34,34 +34,34 @@ async def test_a_repair_too_far_behind_is_built_anew() -> None:
     from hub.server.hub import SYNC_REUSE
 
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    hub.repair_frames(channel, ConsumerView(), "join", "json")
+    loaded = await hub.load("t")
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")
     for n in range(SYNC_REUSE + 1):
-        await hub.publish(channel, {"type": "CUSTOM", "name": "n", "value": n})
-    fresh = hub.repair_frames(channel, ConsumerView(), "join", "json")
+        await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": n})
+    fresh = hub.repair_frames(loaded, ConsumerView(), "join", "json")
     assert all(f.event["metadata"]["hub"]["seq"] == SYNC_REUSE + 1 for f in fresh)
     assert hub.metrics.get("agui_hub_sync_builds_total") == 2
 
 
 async def test_live_events_are_kept_as_one_frame_for_every_consumer_and_replay() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    outcome = await hub.publish(channel, {"type": "CUSTOM", "name": "x", "value": 1})
-    (frame,) = channel.frames
+    loaded = await hub.load("t")
+    outcome = await hub.publish(loaded, {"type": "CUSTOM", "name": "x", "value": 1})
+    (frame,) = loaded.frames
     assert frame.event is outcome.events[0]
     assert frame.data("json") is frame.data("json")  # cached bytes
 
 
 async def test_a_thread_in_use_is_never_unloaded() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    channel.producers = 1  # an agent holds it, with no consumer watching
-    hub._maybe_unload(channel)
-    assert hub.channels.get("t") is channel
-    channel.producers = 0
-    hub._maybe_unload(channel)
-    assert "t" not in hub.channels
-    assert await hub.channel("t") is not channel  # loaded again on demand
+    loaded = await hub.load("t")
+    loaded.producers = 1  # an agent holds it, with no consumer watching
+    hub._maybe_unload(loaded)
+    assert hub.loaded.get("t") is loaded
+    loaded.producers = 0
+    hub._maybe_unload(loaded)
+    assert "t" not in hub.loaded
+    assert await hub.load("t") is not loaded  # loaded again on demand
 
 
 async def test_a_join_built_a_while_ago_is_not_reused_with_the_deltas_since() -> None:
@@ -70,15 +70,15 @@ async def test_a_join_built_a_while_ago_is_not_reused_with_the_deltas_since() ->
     from hub.server.hub import SYNC_REUSE_SECONDS
 
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}})
-    hub.repair_frames(channel, ConsumerView(), "join", "json")  # a tab joined
+    loaded = await hub.load("t")
+    await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}})
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")  # a tab joined
     for n in range(1, 4):  # the agent writes on; the next tab reloads a while later
         await hub.publish(
-            channel, {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": n}]}
+            loaded, {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/n", "value": n}]}
         )
     await asyncio.sleep(SYNC_REUSE_SECONDS * 1.5)
-    frames = hub.repair_frames(channel, ConsumerView(), "join", "json")
+    frames = hub.repair_frames(loaded, ConsumerView(), "join", "json")
     # The thread as of now, in one snapshot: no stale join followed by the deltas since.
     assert not any(f.event["type"] == "STATE_DELTA" for f in frames)
     (snapshot,) = [f.event for f in frames if f.event["type"] == "STATE_SNAPSHOT"]
@@ -93,26 +93,26 @@ async def test_quiet_threads_cost_the_compactor_nothing_and_idle_ones_still_unlo
     from hub.server.hub import UNLOAD_AFTER
 
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    watched = [await hub.channel(f"w{i}") for i in range(1000)]
-    for channel in watched:
-        channel.producers = 1  # an agent holds each: in use, never unloaded
-    idle = await hub.channel("idle")
+    watched = [await hub.load(f"w{i}") for i in range(1000)]
+    for loaded in watched:
+        loaded.producers = 1  # an agent holds each: in use, never unloaded
+    idle = await hub.load("idle")
     hub.persistence.start()
     await hub.publish(idle, {"type": "CUSTOM", "name": "n", "value": 1})
     while idle.persisted_seq < idle.thread.seq:  # stored behind, by the persister
         await asyncio.sleep(0.01)
     later = time.monotonic() + UNLOAD_AFTER + 1
     hub._settle(later)
-    assert "idle" not in hub.channels  # unused, stored, quiet past UNLOAD_AFTER: unloaded
-    assert all(hub.channels[c.key] is c for c in watched)
+    assert "idle" not in hub.loaded  # unused, stored, quiet past UNLOAD_AFTER: unloaded
+    assert all(hub.loaded[c.key] is c for c in watched)
     # Looked at once; nothing of them is left for the next ticks to walk through.
     assert not hub._changed and not hub._idle and not hub._retry
     watched[0].producers = 0
     hub.released(watched[0])  # its agent let go: unloaded UNLOAD_AFTER from now, not at once
     hub._settle(time.monotonic() + UNLOAD_AFTER / 2)
-    assert hub.channels.get("w0") is watched[0]
+    assert hub.loaded.get("w0") is watched[0]
     hub._settle(time.monotonic() + UNLOAD_AFTER + 1)
-    assert "w0" not in hub.channels and len(hub.channels) == 999
+    assert "w0" not in hub.loaded and len(hub.loaded) == 999
     await hub.persistence.close()
 
 
@@ -126,17 +126,17 @@ async def test_a_thread_asked_for_is_not_unloaded_before_its_joiner_attaches() -
     from hub.server.outbox import Outbox
 
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    hub._idle[channel] = time.monotonic() - UNLOAD_AFTER - 5  # idle for over a minute
-    joining = await hub.channel("t")  # the reloading tab asks for it ...
-    assert joining is channel
+    loaded = await hub.load("t")
+    hub._idle[loaded] = time.monotonic() - UNLOAD_AFTER - 5  # idle for over a minute
+    joining = await hub.load("t")  # the reloading tab asks for it ...
+    assert joining is loaded
     hub._settle(time.monotonic())  # ... and the compactor runs while it waits for the pong
-    assert hub.channels.get("t") is channel and not channel.unloaded
+    assert hub.loaded.get("t") is loaded and not loaded.unloaded
 
     # A copy that was unloaded is never attached to (it would get no events, ever).
-    hub._idle[channel] = time.monotonic() - UNLOAD_AFTER - 5
+    hub._idle[loaded] = time.monotonic() - UNLOAD_AFTER - 5
     hub._settle(time.monotonic())
-    assert channel.unloaded and "t" not in hub.channels
+    assert loaded.unloaded and "t" not in hub.loaded
 
     class Socket:
         def write(self, data: bytes) -> None:
@@ -146,12 +146,12 @@ async def test_a_thread_asked_for_is_not_unloaded_before_its_joiner_attaches() -
     from hub.errors import Unavailable
 
     try:
-        hub.attach(channel, outbox, None, None)
+        hub.attach(loaded, outbox, None, None)
     except Unavailable:
         pass
     else:
         raise AssertionError("attached to an unloaded copy")
-    assert not channel.consumers
+    assert not loaded.consumers
 
 
 async def test_the_repair_cache_is_bounded_in_bytes_and_keeps_nothing_useless() -> None:
@@ -160,59 +160,57 @@ async def test_the_repair_cache_is_bounded_in_bytes_and_keeps_nothing_useless() 
     from hub.server.hub import SYNC_CACHE_BYTES
 
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 1_000_000}})
+    loaded = await hub.load("t")
+    await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 1_000_000}})
 
     def cached_bytes() -> int:
         return sum(
-            len(f.data(key[1]))
-            for key, (_, frames, _) in channel.sync_cache.items()
-            for f in frames
+            len(f.data(key[1])) for key, (_, frames, _) in loaded.sync_cache.items() for f in frames
         )
 
     for n in range(20):  # 20 consumers, each back from a run of its own
         view = ConsumerView()
         view.hold(f"old-run-{n}", (), None)
-        view.epoch, view.seq = channel.thread.epoch, 0
-        hub.repair_frames(channel, view, "slow", "json")
+        view.epoch, view.seq = loaded.thread.epoch, 0
+        hub.repair_frames(loaded, view, "slow", "json")
         assert cached_bytes() <= SYNC_CACHE_BYTES + 1_100_000  # the bound, plus the newest
-    assert len(channel.sync_cache) <= SYNC_CACHE_BYTES // 1_000_000 + 1
+    assert len(loaded.sync_cache) <= SYNC_CACHE_BYTES // 1_000_000 + 1
 
     # A thread that did not move since: a join reuses its repair however old it is.
-    first = hub.repair_frames(channel, ConsumerView(), "join", "json")
+    first = hub.repair_frames(loaded, ConsumerView(), "join", "json")
     import asyncio
 
     from hub.server.hub import SYNC_REUSE_SECONDS
 
     await asyncio.sleep(SYNC_REUSE_SECONDS * 1.5)
-    assert hub.repair_frames(channel, ConsumerView(), "join", "json") is first
+    assert hub.repair_frames(loaded, ConsumerView(), "join", "json") is first
 
 
 async def test_a_copys_life_moves_one_way_and_only_a_serving_copy_takes_consumers() -> None:
     from hub.errors import Unavailable
-    from hub.server.channel import Life
+    from hub.server.loaded import Life
     from hub.server.outbox import Outbox
 
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("t")
-    assert channel.life is Life.SERVING and channel.attachable
+    loaded = await hub.load("t")
+    assert loaded.life is Life.SERVING and loaded.attachable
 
     class Socket:
         def write(self, data: bytes) -> None:
             raise AssertionError("nothing is written to a refused consumer")
 
     outbox = Outbox(Socket(), "json", lambda v, c: [], hub.metrics, limit=10, slow_timeout=5)  # type: ignore[arg-type]
-    channel.become(Life.DRAINING)  # the node drains: no new consumer here
+    loaded.become(Life.DRAINING)  # the node drains: no new consumer here
     try:
-        hub.attach(channel, outbox, None, None)
+        hub.attach(loaded, outbox, None, None)
     except Unavailable as exc:
         assert "draining" in exc.message
     else:
         raise AssertionError("attached to a draining copy")
-    channel.become(Life.UNLOADED)
+    loaded.become(Life.UNLOADED)
     for back in (Life.SERVING, Life.DRAINING):
         try:
-            channel.become(back)
+            loaded.become(back)
         except RuntimeError:
             continue
         raise AssertionError(f"an unloaded copy became {back.value}")

@@ -139,21 +139,21 @@ async def test_a_join_reused_across_the_start_of_a_run_is_still_valid_ag_ui() ->
     from hub.store.memory import MemoryStore
 
     hub = Hub(MemoryStore(), Config(store="memory://"))
-    channel = await hub.channel("reuse")
-    await hub.publish(channel, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}})
-    hub.repair_frames(channel, ConsumerView(), "join", "json")  # tabs joined before the run
+    loaded = await hub.load("reuse")
+    await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}})
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")  # tabs joined before the run
     for event in scripted("reuse")[:5]:  # the run starts: RUN_STARTED ... a text message open
-        outcome = await hub.publish(channel, event)
+        outcome = await hub.publish(loaded, event)
         assert outcome.error is None, outcome.error
-    frames = hub.repair_frames(channel, ConsumerView(), "join", "json")  # within the reuse age
+    frames = hub.repair_frames(loaded, ConsumerView(), "join", "json")  # within the reuse age
     events = [json.loads(f.data("json")) for f in frames]  # as sent (encoded when built)
     assert events[0]["type"] == "RUN_STARTED", [e["type"] for e in events]
     rest = scripted("reuse")[5:]
     for event in rest:
-        await hub.publish(channel, event)
-    live = [json.loads(f.data("json")) for f in list(channel.frames)[-len(rest) :]]
+        await hub.publish(loaded, event)
+    live = [json.loads(f.data("json")) for f in list(loaded.frames)[-len(rest) :]]
     verdict = harness.replay([*events, *live])
     assert verdict["ok"], verdict
-    view = channel.thread.view()
+    view = loaded.thread.view()
     assert verdict["state"] == view["state"]
     assert without_positions(verdict["messages"]) == without_positions(view["messages"])

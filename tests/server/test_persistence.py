@@ -12,37 +12,37 @@ from hub.store.memory import MemoryStore
 async def test_a_node_local_change_is_answered_at_once_and_stored_behind() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://", compact_every=2))
     await hub.start()
-    channel = await hub.channel("t")
+    loaded = await hub.load("t")
     future = hub.submit(
-        channel, lambda thread: thread.publish({"type": "CUSTOM", "name": "a", "value": 1})
+        loaded, lambda thread: thread.publish({"type": "CUSTOM", "name": "a", "value": 1})
     )
     assert (await future).error is None
-    assert hub.persistence.busy(channel)  # one event since the record was written
-    await hub.publish(channel, {"type": "CUSTOM", "name": "b", "value": 2})
-    assert not hub.persistence.busy(channel)  # the record is queued: compact_every reached
+    assert hub.persistence.busy(loaded)  # one event since the record was written
+    await hub.publish(loaded, {"type": "CUSTOM", "name": "b", "value": 2})
+    assert not hub.persistence.busy(loaded)  # the record is queued: compact_every reached
     await hub.close()
-    assert channel.persisted_seq == 2
+    assert loaded.persisted_seq == 2
 
 
 async def test_a_quiet_threads_change_goes_out_at_once_and_a_burst_as_one_fan_out() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
     await hub.start()
-    channel = await hub.channel("t")
+    loaded = await hub.load("t")
     fanned: list[int] = []
     real = hub.fan_out
 
     def counting(channel_: object, events: list[dict[str, object]], **kw: bool) -> None:
         fanned.append(len(events))
-        real(channel, events, **kw)  # type: ignore[arg-type]
+        real(loaded, events, **kw)  # type: ignore[arg-type]
 
     hub.fan_out = counting  # type: ignore[method-assign]
     events = [{"type": "CUSTOM", "name": "n", "value": i} for i in range(6)]
-    futures = [hub.submit(channel, lambda t, e=e: t.publish(e)) for e in events]
+    futures = [hub.submit(loaded, lambda t, e=e: t.publish(e)) for e in events]
     assert futures[0].done() and not futures[1].done()  # the first went out at once
-    futures.append(hub.submit(channel, lambda t: t.publish({"type": "RUN_FINISHED"})))
+    futures.append(hub.submit(loaded, lambda t: t.publish({"type": "RUN_FINISHED"})))
     outcomes = [await f for f in futures[1:]]
     assert fanned == [1, 5]  # then one batch; the refused one (no run is open) took no part
     assert [o.events[0]["metadata"]["hub"]["seq"] for o in outcomes[:5]] == [2, 3, 4, 5, 6]
     assert outcomes[5].error is not None and outcomes[5].events == []
-    assert channel.thread.seq == 6
+    assert loaded.thread.seq == 6
     await hub.close()

@@ -30,7 +30,7 @@ async def test_a_value_the_store_cannot_take_fails_its_thread_only_and_the_other
     await store.file.run(store.db.setlimit, sqlite3.SQLITE_LIMIT_LENGTH, 4096)
     hub = Hub(store, Config(store="sqlite:///hub.db"))
     await hub.start()
-    bad, good = await hub.channel("bad"), await hub.channel("good")
+    bad, good = await hub.load("bad"), await hub.load("good")
     await hub.publish(bad, custom(1))
     await eventually(lambda: bad.persisted_seq == 1, 3.0)
     caplog.set_level(logging.ERROR, logger="agui_hub")
@@ -80,16 +80,16 @@ async def test_a_transient_store_error_is_retried_until_the_store_takes_the_writ
     store = FlakyStore(outage=3)
     hub = Hub(store, Config(store="memory://"))
     await hub.start()
-    channel = await hub.channel("t")
-    await hub.publish(channel, custom(1))
+    loaded = await hub.load("t")
+    await hub.publish(loaded, custom(1))
     await eventually(lambda: not hub.store_ok, 3.0)
-    await eventually(lambda: channel.persisted_seq == 1, 3.0)
+    await eventually(lambda: loaded.persisted_seq == 1, 3.0)
     assert hub.store_ok
     stored = await store.load("t")
     assert stored is not None and [e["value"] for e in stored.log] == [1]
     assert hub.metrics.get("agui_hub_store_write_failures_total", kind="transient") == 3
     assert hub.metrics.get("agui_hub_store_write_failures_total", kind="permanent") == 0
-    assert (await hub.publish(channel, custom(2))).error is None
+    assert (await hub.publish(loaded, custom(2))).error is None
     await hub.close()
 
 

@@ -19,9 +19,9 @@ from websockets.exceptions import ConnectionClosed
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import BadSession, HubError, MalformedPatch, PeerError, Unavailable
 from hub.server import sessions
-from hub.server.channel import Channel
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Hub
+from hub.server.loaded import LoadedThread
 from hub.server.logs import about
 from hub.server.node import Change
 from hub.server.outbox import supports_direct_writes, write_prebuilt
@@ -45,7 +45,7 @@ class AgentEndpoint(ThreadEndpoint):
         #: Agents connected to this node.
         self.producers = 0
 
-    async def open(self, target: Route, admission: Admission) -> Channel:
+    async def open(self, target: Route, admission: Admission) -> LoadedThread:
         self.guard.check_write(target.thread_id)
         return await super().open(target, admission)
 
@@ -56,23 +56,23 @@ class AgentEndpoint(ThreadEndpoint):
         :meth:`_answer_loop`. More than ``MAX_IN_FLIGHT`` unanswered frames stop the reading
         (TCP pushes back on the agent), as does the store falling behind."""
         hub = self.hub
-        ws, channel, encoding = connection.ws, connection.channel, connection.encoding
-        thread = channel.thread
+        ws, loaded, encoding = connection.ws, connection.loaded, connection.encoding
+        thread = loaded.thread
         self.producers += 1
-        channel.producers += 1
+        loaded.producers += 1
         try:
-            stored = await hub.store.load_session(channel.key)
+            stored = await hub.store.load_session(loaded.key)
         except Exception as exc:
             if transient(exc):  # an outage, not a bug: the node logs it once
                 hub.store_health.unreachable(exc)
             else:
                 log.exception(
                     "loading the session of thread %s failed",
-                    channel.key,
-                    extra=about(channel.key),
+                    loaded.key,
+                    extra=about(loaded.key),
                 )
             stored = None
-        thread = channel.thread  # read after the await: what the store holds now
+        thread = loaded.thread  # read after the await: what the store holds now
         welcome = control.welcome(
             thread.thread_id,
             thread.seq,
@@ -82,7 +82,7 @@ class AgentEndpoint(ThreadEndpoint):
             serviceSessionId=(stored or {}).get(sessions.SESSION_KEY),
         )
         state = _ProducerState(Peer(connection.admission, self.guard.connection_bucket()))
-        answers = asyncio.create_task(self._answer_loop(ws, channel, state, encoding))
+        answers = asyncio.create_task(self._answer_loop(ws, loaded, state, encoding))
         try:
             with contextlib.suppress(ConnectionClosed):  # what it sent before closing counts
                 await ws.send(encode(welcome, encoding))
@@ -90,7 +90,7 @@ class AgentEndpoint(ThreadEndpoint):
                 state.frames += 1
                 if hub.behind:
                     await hub.backpressure()
-                await self._frame(channel, state, message)
+                await self._frame(loaded, state, message)
                 if len(state.pending) >= MAX_IN_FLIGHT:
                     await state.pending[0][1]
         except ConnectionClosed:
@@ -103,15 +103,17 @@ class AgentEndpoint(ThreadEndpoint):
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                 await answers
             self.producers -= 1
-            channel.producers -= 1
-            hub.released(channel)
-            thread = channel.thread  # a reload may have replaced the copy meanwhile
+            loaded.producers -= 1
+            hub.released(loaded)
+            thread = loaded.thread  # a reload may have replaced the copy meanwhile
             if thread.run_id is not None and thread.run_id in state.runs:
                 await hub.abort_run(
-                    channel, "the agent disconnected during the run", "agent_disconnected"
+                    loaded, "the agent disconnected during the run", "agent_disconnected"
                 )
 
-    async def _frame(self, channel: Channel, state: _ProducerState, message: str | bytes) -> None:
+    async def _frame(
+        self, loaded: LoadedThread, state: _ProducerState, message: str | bytes
+    ) -> None:
         """Check one frame at the edge and submit it (``state.pending`` gets its answer)."""
         hub = self.hub
         reply: dict[str, Any] | None = None
@@ -126,19 +128,19 @@ class AgentEndpoint(ThreadEndpoint):
                 # In order with the events before it: those are committed first.
                 if state.pending:
                     await asyncio.wait([f for _, f, _ in state.pending])
-                reply = control.custom(control.SESSION, await self._session(channel, frame))
+                reply = control.custom(control.SESSION, await self._session(loaded, frame))
                 future = done(Outcome())
             else:
                 event, warnings = parse_event(frame)
                 if warnings:
                     hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
                     log.warning(
-                        "thread %s: %s", channel.key, "; ".join(warnings), extra=about(channel.key)
+                        "thread %s: %s", loaded.key, "; ".join(warnings), extra=about(loaded.key)
                     )
-                future = hub.submit(channel, self._publishing(event, state))
+                future = hub.submit(loaded, self._publishing(event, state))
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-            future = hub.submit(channel, _aborting(exc))
+            future = hub.submit(loaded, _aborting(exc))
         except (PeerError, Unavailable) as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
             future = done(Outcome(error=exc))
@@ -158,36 +160,36 @@ class AgentEndpoint(ThreadEndpoint):
 
         return publish
 
-    async def _session(self, channel: Channel, frame: dict[str, Any]) -> dict[str, Any]:
+    async def _session(self, loaded: LoadedThread, frame: dict[str, Any]) -> dict[str, Any]:
         """An agent's ``hub.session`` request (see hub.server.sessions)."""
         store, op = self.hub.store, frame.get("op")
         try:
             if op == "set":
                 sid = sessions.service_id(frame.get("service_session_id"))
-                await store.save_session(channel.key, {sessions.SESSION_KEY: sid})
+                await store.save_session(loaded.key, {sessions.SESSION_KEY: sid})
             elif op == "import":
-                raw, sid = sessions.parse_import(channel.thread, frame.get("session"))
+                raw, sid = sessions.parse_import(loaded.thread, frame.get("session"))
                 # Validate every event before publishing any: an import is taken whole or not
                 # at all (the messages go first: they are the part the thread may refuse).
                 events = [parse_event(event)[0] for event in reversed(raw)]
                 for event in events:
-                    self.guard.check_event(channel.thread, event)
+                    self.guard.check_event(loaded.thread, event)
                 for event in events:
-                    outcome = await self.hub.publish(channel, event)
+                    outcome = await self.hub.publish(loaded, event)
                     if outcome.error is not None:
                         raise outcome.error
-                await store.save_session(channel.key, {sessions.SESSION_KEY: sid})
+                await store.save_session(loaded.key, {sessions.SESSION_KEY: sid})
             elif op != "get":
                 raise BadSession("hub.session 'op' must be get, set or import")
-            stored = await store.load_session(channel.key)
+            stored = await store.load_session(loaded.key)
         except HubError:
             raise
         except Exception as exc:
             raise Unavailable("the store is unavailable") from exc
-        return sessions.export_session(channel.thread, stored)
+        return sessions.export_session(loaded.thread, stored)
 
     async def _answer_loop(
-        self, ws: WebSocket, channel: Channel, state: _ProducerState, encoding: Encoding
+        self, ws: WebSocket, loaded: LoadedThread, state: _ProducerState, encoding: Encoding
     ) -> None:
         """Answer an agent's frames in order: an error (with the frame's index) as soon as the
         frame is settled, an acknowledgement every ``ack_interval`` for the frames whose events
@@ -208,7 +210,7 @@ class AgentEndpoint(ThreadEndpoint):
                 if reply is not None:
                     await ws.send(encode(reply, encoding))
                 state.answered.append((index, state.last_seq))
-            while state.answered and state.answered[0][1] <= channel.persisted_seq:
+            while state.answered and state.answered[0][1] <= loaded.persisted_seq:
                 state.stored_frames = state.answered.popleft()[0]
             if state.stored_frames != state.acked_frames:
                 wait = acked_at + interval - loop.time()
@@ -216,7 +218,7 @@ class AgentEndpoint(ThreadEndpoint):
                     await asyncio.sleep(wait)  # acknowledgements are batched
                     continue
                 state.acked_frames, acked_at = state.stored_frames, loop.time()
-                ack = control.ack(channel.persisted_seq, state.acked_frames)
+                ack = control.ack(loaded.persisted_seq, state.acked_frames)
                 if direct:  # one per agent and ack interval: the frame straight to the socket
                     await write_prebuilt(ws, Frame(ack).wire(encoding))
                 else:

@@ -22,10 +22,10 @@ from hub.auth import is_thread_id
 from hub.core.thread import Outcome
 from hub.errors import BadPath, HubError, PeerError
 from hub.limits import TokenBucket
-from hub.server.channel import Channel
 from hub.server.guard import Admission, Guard
 from hub.server.http11 import HttpRequest, Stream
 from hub.server.hub import Hub
+from hub.server.loaded import LoadedThread
 from hub.wire import control
 from hub.wire.codec import Encoding, encode
 
@@ -223,7 +223,7 @@ class Connection:
     """A connection admitted to a thread endpoint."""
 
     ws: WebSocket
-    channel: Channel
+    loaded: LoadedThread
     admission: Admission
     target: Route
     encoding: Encoding
@@ -252,9 +252,9 @@ class ThreadEndpoint:
         found = match_route(target)
         return found is not None and found.role == self.role
 
-    async def open(self, target: Route, admission: Admission) -> Channel:
+    async def open(self, target: Route, admission: Admission) -> LoadedThread:
         """The admitted connection's thread, loaded (raise to refuse the connection)."""
-        return await self.hub.channel(admission.key)
+        return await self.hub.load(admission.key)
 
     async def serve(self, connection: Connection) -> None:
         """The admitted connection, until it closes."""
@@ -268,10 +268,10 @@ class ThreadEndpoint:
         try:
             scope = self.guard.scope_for(target.role, target.thread_id)
             admission = self.guard.admit(ws.request.headers, target.query, target.thread_id, scope)
-            channel = await self.open(target, admission)
+            loaded = await self.open(target, admission)
             await reading
-            while channel.unloaded:  # let go of meanwhile: the thread as loaded now
-                channel = await self.open(target, admission)
+            while loaded.unloaded:  # let go of meanwhile: the thread as loaded now
+                loaded = await self.open(target, admission)
         except HubError as exc:
             reading.cancel()
             if admission is not None:
@@ -284,7 +284,7 @@ class ThreadEndpoint:
                 self.guard.abandon(admission)
             raise
         try:
-            await self.serve(Connection(ws, channel, admission, target, encoding))
+            await self.serve(Connection(ws, loaded, admission, target, encoding))
         finally:
             self.guard.leave(admission)
             sent = ws.protocol.close_sent

@@ -17,9 +17,9 @@ from hub.auth import WRITE
 from hub.core.patch import check_patch
 from hub.core.thread import Outcome, Thread
 from hub.errors import Conflict, HubError, PatchFailed, PeerError
-from hub.server.channel import Channel
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Hub
+from hub.server.loaded import LoadedThread
 from hub.server.outbox import Outbox
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint
 from hub.server.upstream import Upstream
@@ -37,16 +37,16 @@ class ConsumerEndpoint(ThreadEndpoint):
         super().__init__(hub, guard)
         self.upstream = upstream or Upstream(hub, guard)
 
-    async def open(self, target: Route, admission: Admission) -> Channel:
-        channel = await self.hub.channel(admission.key)
-        await self.hub.follow(channel)
-        return channel
+    async def open(self, target: Route, admission: Admission) -> LoadedThread:
+        loaded = await self.hub.load(admission.key)
+        await self.hub.follow(loaded)
+        return loaded
 
     async def serve(self, connection: Connection) -> None:
         hub = self.hub
-        ws, channel, target, encoding = (
+        ws, loaded, target, encoding = (
             connection.ws,
-            connection.channel,
+            connection.loaded,
             connection.target,
             connection.encoding,
         )
@@ -54,39 +54,39 @@ class ConsumerEndpoint(ThreadEndpoint):
         outbox = Outbox(
             ws,
             encoding,
-            lambda view, cause: hub.repair_frames(channel, view, cause, encoding),
+            lambda view, cause: hub.repair_frames(loaded, view, cause, encoding),
             hub.metrics,
             limit=self.config.consumer_buffer,
             slow_timeout=self.config.slow_timeout,
             ident=ident,
         )
-        thread = channel.thread
+        thread = loaded.thread
         # Decide and subscribe first (synchronously, so no event slips by), then welcome: the
         # writer starts only after it, so the welcome is still the first frame.
         position = (thread.thread_id, thread.seq, thread.epoch, self.config.node)
-        cause = hub.attach(channel, outbox, target.since, target.epoch)
+        cause = hub.attach(loaded, outbox, target.since, target.epoch)
         try:
             await ws.send(encode(control.welcome(*position, resumed=cause is None), encoding))
         except ConnectionClosed:
-            hub.detach(channel, outbox)
+            hub.detach(loaded, outbox)
             return
         outbox.start()
         peer = Peer(connection.admission, self.guard.edit_bucket())
         try:
             async for message in ws:
                 try:
-                    await self._frame(channel, outbox, peer, message)
+                    await self._frame(loaded, outbox, peer, message)
                 except PeerError as exc:
                     hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
                     outbox.reply(Frame(control.error(exc)))
         except ConnectionClosed:
             pass
         finally:
-            hub.detach(channel, outbox)
+            hub.detach(loaded, outbox)
             await outbox.stop()
 
     async def _frame(
-        self, channel: Channel, outbox: Outbox, peer: Peer, message: str | bytes
+        self, loaded: LoadedThread, outbox: Outbox, peer: Peer, message: str | bytes
     ) -> None:
         frame = decode(message)
         self.guard.check_frame(frame)
@@ -94,20 +94,22 @@ class ConsumerEndpoint(ThreadEndpoint):
         if isinstance(command, control.Resync):
             outbox.repair(command.reason, command.holding)
         elif isinstance(command, control.Ack):
-            outbox.acked = min(command.seq, channel.thread.seq)
+            outbox.acked = min(command.seq, loaded.thread.seq)
         else:
             peer.admission.principal.require(WRITE)
-            self.guard.check_write(channel.thread.thread_id)
+            self.guard.check_write(loaded.thread.thread_id)
             self.guard.rate(peer.bucket, peer.admission.principal.tenant)
             if isinstance(command, control.Run):
-                started = await self.upstream.start(channel, command)
+                started = await self.upstream.start(loaded, command)
                 outbox.reply(Frame(control.custom(control.RUN, started)))
             elif isinstance(command, control.Cancel):
-                await self.upstream.cancel(channel, command.run_id)
+                await self.upstream.cancel(loaded, command.run_id)
             else:
-                await self._publish(channel, outbox, command)
+                await self._publish(loaded, outbox, command)
 
-    async def _publish(self, channel: Channel, outbox: Outbox, command: control.Publish) -> None:
+    async def _publish(
+        self, loaded: LoadedThread, outbox: Outbox, command: control.Publish
+    ) -> None:
         event, _ = parse_event(command.event)
         kind = event["type"]
         if kind == "STATE_DELTA":
@@ -123,7 +125,7 @@ class ConsumerEndpoint(ThreadEndpoint):
                 return Outcome(error=Conflict("edit rejected: the state changed since 'base'"))
             return thread.publish(event)
 
-        outcome = await self.hub.submit(channel, edit)
+        outcome = await self.hub.submit(loaded, edit)
         if isinstance(outcome.error, PatchFailed):
             self._conflict(outbox, f"edit rejected: {outcome.error.message}")
         elif isinstance(outcome.error, Conflict):

@@ -88,7 +88,7 @@ class NodePages:
 
     def _gauges(self) -> list[Gauge]:
         hub = self.hub
-        consumers = float(sum(len(c.consumers) for c in hub.channels.values()))
+        consumers = float(sum(len(c.consumers) for c in hub.loaded.values()))
         connections = "Open connections by role."
         return [
             *hub.gauges(),
@@ -122,12 +122,12 @@ class ThreadView:
         except PeerError as exc:
             return error_response(exc)
         try:
-            channel = await self.hub.channel(admission.key)
-            await self.hub.refresh(channel)
+            loaded = await self.hub.load(admission.key)
+            await self.hub.refresh(loaded)
         except BaseException as exc:
             self.guard.abandon(admission)
             if isinstance(exc, HubError):
                 return error_response(exc)
             raise
         self.guard.leave(admission)
-        return json_response(HTTPStatus.OK, channel.thread.view())
+        return json_response(HTTPStatus.OK, loaded.thread.view())

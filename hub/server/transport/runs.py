@@ -158,16 +158,16 @@ class HttpApi:
         async with self._admitted(request, thread_id, write=True, read=False) as admission:
             command = control.parse_command({**self._json(request), "type": control.RUN})
             assert isinstance(command, control.Run)
-            channel = await self.hub.channel(admission.key)
-            await self.hub.refresh(channel)
-            started = await self.upstream.start(channel, command)
+            loaded = await self.hub.load(admission.key)
+            await self.hub.refresh(loaded)
+            started = await self.upstream.start(loaded, command)
         return json_response(HTTPStatus.ACCEPTED, started)
 
     async def _cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> Response:
         async with self._admitted(request, thread_id, write=True, read=False) as admission:
-            channel = await self.hub.channel(admission.key)
-            await self.hub.refresh(channel)
-            await self.upstream.cancel(channel, run_id)
+            loaded = await self.hub.load(admission.key)
+            await self.hub.refresh(loaded)
+            await self.upstream.cancel(loaded, run_id)
         return json_response(
             HTTPStatus.OK, {"threadId": thread_id, "runId": run_id, "cancelled": True}
         )
@@ -203,18 +203,18 @@ class HttpApi:
         # While the stream lasts; the caller was authenticated above (once).
         admission = self._admit(request, given.thread_id, write=True, principal=principal)
         try:
-            channel = await hub.channel(admission.key)
-            await hub.follow(channel)
-            await hub.refresh(channel)
+            loaded = await hub.load(admission.key)
+            await hub.follow(loaded)
+            await hub.refresh(loaded)
             # Listen first, so the run's RUN_STARTED (published by start) is not missed.
             sink = RunSink(run_id, given.state)
-            outbox = outbox_for(hub, channel, sink, "r")
-            hub.attach(channel, outbox, channel.thread.seq, channel.thread.epoch)
+            outbox = outbox_for(hub, loaded, sink, "r")
+            hub.attach(loaded, outbox, loaded.thread.seq, loaded.thread.epoch)
             outbox.start()
             try:
-                started = await self.upstream.start(channel, command, run_id, sink.opened)
+                started = await self.upstream.start(loaded, command, run_id, sink.opened)
             except BaseException:
-                hub.detach(channel, outbox)
+                hub.detach(loaded, outbox)
                 await outbox.stop()
                 raise
             assert started["runId"] == run_id
@@ -227,7 +227,7 @@ class HttpApi:
                 sink.bind(writer)
                 await until_done(sink, writer)
             finally:
-                hub.detach(channel, outbox)
+                hub.detach(loaded, outbox)
                 await outbox.stop()
                 self.guard.leave(admission)
 
@@ -239,8 +239,8 @@ class HttpApi:
         admission = self._admit(request, thread_id, write=False)  # while the stream lasts
         try:
             since, epoch = _resume_point(request)
-            channel = await self.hub.channel(admission.key)
-            await self.hub.follow(channel)
+            loaded = await self.hub.load(admission.key)
+            await self.hub.follow(loaded)
         except BaseException:
             self.guard.abandon(admission)
             raise
@@ -248,7 +248,7 @@ class HttpApi:
 
         async def stream(writer: BodyWriter) -> None:
             try:
-                await serve_events(hub, channel, writer, since, epoch)
+                await serve_events(hub, loaded, writer, since, epoch)
             finally:
                 guard.leave(admission)
 

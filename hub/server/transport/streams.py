@@ -27,9 +27,9 @@ import itertools
 from typing import Any
 
 from hub.core.thread import Thread
-from hub.server.channel import Channel
 from hub.server.http11 import BodyWriter
 from hub.server.hub import Hub
+from hub.server.loaded import LoadedThread
 from hub.server.outbox import Outbox
 from hub.wire import control, sse
 from hub.wire.codec import JSON, Frame, encode
@@ -189,12 +189,12 @@ class RunSink(EventSink):
         return None  # hub replies are not the run's events
 
 
-def outbox_for(hub: Hub, channel: Channel, sink: EventSink, prefix: str) -> Outbox:
+def outbox_for(hub: Hub, loaded: LoadedThread, sink: EventSink, prefix: str) -> Outbox:
     config = hub.config
     return Outbox(
         sink,
         JSON,
-        lambda view, cause: hub.repair_frames(channel, view, cause, JSON),
+        lambda view, cause: hub.repair_frames(loaded, view, cause, JSON),
         hub.metrics,
         limit=config.consumer_buffer,
         slow_timeout=config.slow_timeout,
@@ -217,19 +217,19 @@ async def until_done(sink: EventSink, writer: BodyWriter) -> None:
 
 async def serve_events(
     hub: Hub,
-    channel: Channel,
+    loaded: LoadedThread,
     writer: BodyWriter,
     since: int | None,
     epoch: str | None,
 ) -> None:
-    """One SSE consumer of ``channel``, from its welcome until the stream is over."""
+    """One SSE consumer of ``loaded``, from its welcome until the stream is over."""
     sink = EventSink(writer)
-    outbox = outbox_for(hub, channel, sink, "s")
-    thread = channel.thread
+    outbox = outbox_for(hub, loaded, sink, "s")
+    thread = loaded.thread
     position = (thread.thread_id, thread.seq, thread.epoch, hub.config.node)
     await sink.write(f"retry: {RETRY_MS}\n\n".encode())
     # As for WebSocket consumers: decide and subscribe synchronously, then welcome, then feed.
-    cause = hub.attach(channel, outbox, since, epoch)
+    cause = hub.attach(loaded, outbox, since, epoch)
     try:
         await sink.send_frames([Frame(control.welcome(*position, resumed=cause is None))])
         outbox.start()
@@ -237,5 +237,5 @@ async def serve_events(
     except ConnectionError:
         pass
     finally:
-        hub.detach(channel, outbox)
+        hub.detach(loaded, outbox)
         await outbox.stop()

@@ -1,10 +1,10 @@
 """A loaded thread on one node: its committed copy, its consumers, and what is cached for them.
 
-A :class:`Channel` is the copy's state, and its :class:`Life` moves only through
-:meth:`Channel.become`. The hub fans out through it (:mod:`hub.server.hub`), the
+A :class:`LoadedThread` is the copy's state, and its :class:`Life` moves only through
+:meth:`LoadedThread.become`. The hub fans out through it (:mod:`hub.server.hub`), the
 persistence layer writes from it (:mod:`hub.server.persistence`), and the broker keeps its copy
 in line with other nodes (:mod:`hub.server.broker`); each keeps its own bookkeeping about a
-channel itself, so this module imports none of them.
+loaded itself, so this module imports none of them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Life(enum.Enum):
     """A loaded copy's life on a node. A copy is SERVING once loaded; DRAINING while the node
     stops (it takes no new consumer, its events still go to the store); UNLOADED once the node
     let go of it (nothing attaches to it any more: the thread loads again, as a new copy, on
-    demand). No way back: the moves are checked in :meth:`Channel.become`, the one place."""
+    demand). No way back: the moves are checked in :meth:`LoadedThread.become`, the one place."""
 
     SERVING = "serving"
     DRAINING = "draining"
@@ -42,7 +42,7 @@ MOVES: dict[Life, frozenset[Life]] = {
 
 
 @dataclass(eq=False)
-class Channel:
+class LoadedThread:
     """A loaded thread, its consumers, and what is cached for them."""
 
     thread: Thread

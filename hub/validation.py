@@ -21,13 +21,18 @@ The checks, in the order they apply (the first that fails raises its
 - ``STATE_DELTA``: the op count (``too_many_ops``); then one pass over the ops, which checks
   each op's structure as the core does, the depth of what it writes, the path's depth counted
   (``too_deep``: a ``copy``/``move`` counts what it takes from the state), and in the same walk
-  of its value its size and its secret-looking keys; then the secrets policy; then the size the
-  state would grow to (``state_too_large``), against an upper bound the check keeps per thread
-  and measured exactly only near the limit (see :meth:`EventCheck._check_growth`). A patch
-  whose structure passed is returned in :attr:`Checked.patch` for ``Thread.trust_patch``; a
+  of its value its size and its secret-looking keys; a ``copy``/``move`` after an op that may
+  change the state takes what the ops before it left, so its depth is checked once the pass
+  is over, on the patch applied in place and undone (:meth:`EventCheck._replay`, the only
+  cost a delta with no copy or move never pays); then the secrets policy; then the size the
+  state would grow to (``state_too_large``: measured on the ops the core applies, an unknown
+  op dropped), against an upper bound the check keeps per thread and measured exactly only
+  near the limit or for a copy (see :meth:`EventCheck._check_growth`). A patch whose
+  structure passed is returned in :attr:`Checked.patch` for ``Thread.trust_patch``; a
   malformed one is left to the core to refuse (it ends the run).
 - ``MESSAGES_SNAPSHOT``: the message count (``too_many_messages``).
-- ``ACTIVITY_DELTA``: the op count, then the depth its ops write into the activity's content.
+- ``ACTIVITY_DELTA``: the op count, then the depth its ops write into the activity's content
+  (a ``copy``/``move`` after a change, as for a STATE_DELTA).
 - Events that add a message (:data:`NEW_MESSAGE`): ``too_many_messages`` once the thread is
   full, unless they continue a message it holds.
 
@@ -43,7 +48,7 @@ from typing import Any, Final, Protocol
 
 from jsonpointer import resolve_pointer
 
-from hub.core.patch import Document, check_op, patched_size
+from hub.core.patch import Document, check_op, check_patch, patched_size, trial
 from hub.errors import LimitExceeded, MalformedPatch, PatchFailed
 from hub.limits import (
     TOO_MANY_MESSAGES,
@@ -195,6 +200,8 @@ class EventCheck:
         wellformed = True
         doc = thread.state
         limit = limits.max_depth
+        first_write = -1  # the first op that may change the state, once a copy or move asks
+        replay = False  # a copy or a move may take what an earlier op wrote: see _replay
         for i, op in enumerate(ops):
             if wellformed:
                 try:
@@ -205,7 +212,12 @@ class EventCheck:
             kind = op.get("op")
             scanning = scan and len(found) < cap and kind in _SCANNED and isinstance(path, str)
             if kind == "copy" or kind == "move":  # a "value" member is ignored, as the core does
-                self._check_op_depth(doc, op, limit)
+                if first_write < 0:
+                    first_write = _first_write(ops)
+                if i > first_write:
+                    replay = True  # what it takes is measured after the ops before it
+                else:
+                    self._check_op_depth(doc, op, limit)
                 if scanning and path and matches(_unescape(path.rpartition("/")[2])):
                     found.append(path)
                 # A copy can add anything the state holds: only an exact measure bounds it.
@@ -232,9 +244,17 @@ class EventCheck:
                 # gives its size, checks its depth and finds its secret-looking keys.
                 scanned = matches if scanning else None
                 grows += _key_bound(path) + _walk(value, limit - depth, scanned, path, found, cap)
+        applied = ops if wellformed else _kept(ops)  # what the core applies
+        size = None
+        if replay:  # raises too_deep; measures the size in the same trial when it is wanted
+            measure = copies or thread.doc.size is not None
+            size = self._replay(thread.doc, applied, limit, measure=measure)
         if scan:
             self._flag(thread, secrets.judge(found[:cap]))
-        self._check_growth(thread, ops, grows, exact=copies)
+        if size is not None:
+            limits.check_state_size(size)
+        else:
+            self._check_growth(thread, applied, grows, exact=copies)
         return Checked(ops) if wellformed else ACCEPTED
 
     def _messages_snapshot(self, thread: ThreadView, event: dict[str, Any]) -> Checked:
@@ -247,8 +267,18 @@ class EventCheck:
         activity = thread.messages.get(event["messageId"])
         content = activity.get("content") if activity is not None else {}
         limit = self.limits.max_depth - 2  # messages[i].content
-        for op in patch:
+        first_write = -1
+        replay = False
+        for i, op in enumerate(patch):
+            if op.get("op") in ("copy", "move"):
+                if first_write < 0:
+                    first_write = _first_write(patch)
+                if i > first_write:
+                    replay = True
+                    continue
             self._check_op_depth(content, op, limit)
+        if replay:  # the core patches the content in place, as here (then undone)
+            self._replay(Document(content), _kept(patch), limit, measure=False)
         return self._new_message(thread, event)
 
     def _new_message(self, thread: ThreadView, event: dict[str, Any]) -> Checked:
@@ -289,11 +319,25 @@ class EventCheck:
             value = op["value"]
         else:
             return
-        depth = path.count("/")
-        if depth > limit:
-            raise too_deep(0)  # past the limit whatever the value
-        if isinstance(value, _CONTAINERS):  # a scalar is 0 deep: always within
-            check_depth(value, max(0, limit - depth))
+        _check_depth_at(path, value, limit)
+
+    def _replay(self, doc: Document, ops: Ops, limit: int, *, measure: bool) -> int | None:
+        """The depth of what each ``copy``/``move`` of ``ops`` takes, resolved as the ops before
+        it leave the document (``too_deep``): a patch may copy or move what it wrote itself, or
+        take a value an earlier op replaced or removed, and the state before the patch does not
+        hold that. The patch is applied to ``doc`` in place and undone (hub.core.patch.trial),
+        at the cost of what it touches. With ``measure``, the same trial returns the exact size
+        the state would have (None if it does not apply: the core refuses it)."""
+
+        def taking(op: dict[str, Any], value: Any) -> None:
+            _check_depth_at(op["path"], value, limit)
+
+        if measure:
+            self._measure(doc)
+        try:
+            return trial(doc, ops, taking=taking, size=doc.size, size_of=json_size)
+        except (PatchFailed, KeyError, TypeError):
+            return None  # the core reports a patch that does not apply
 
     def _check_growth(self, thread: ThreadView, ops: Ops, grows: int, *, exact: bool) -> None:
         """The state size limit for a delta, without measuring the whole state each time: a
@@ -323,8 +367,7 @@ class EventCheck:
     def _patched_size(self, thread: ThreadView, ops: Ops) -> int:
         """The exact size of the state after ``ops``; ``state_too_large`` past the limit."""
         doc = thread.doc
-        if doc.size is None:  # one walk, once: from here on every patch keeps it exact
-            doc.measured(json_size(thread.state), json_size)
+        self._measure(doc)
         assert doc.size is not None
         try:
             size = patched_size(doc, ops, doc.size, json_size)
@@ -332,6 +375,38 @@ class EventCheck:
             return doc.size  # the core reports a patch that does not apply
         self.limits.check_state_size(size)
         return size
+
+    @staticmethod
+    def _measure(doc: Document) -> None:
+        if doc.size is None:  # one walk, once: from here on every patch keeps it exact
+            doc.measured(json_size(doc.root), json_size)
+
+
+def _check_depth_at(path: str, value: object, limit: int) -> None:
+    """``too_deep`` if ``value`` written at ``path`` nests past ``limit`` in the document: the
+    path's depth counts."""
+    depth = path.count("/")
+    if depth > limit:
+        raise too_deep(0)  # past the limit whatever the value
+    if isinstance(value, _CONTAINERS):  # a scalar is 0 deep: always within
+        check_depth(value, max(0, limit - depth))
+
+
+def _first_write(ops: list[Any]) -> int:
+    """The index of the first op that may change the document (anything but a ``test``), or
+    ``len(ops)``: a copy or a move past it may take what the patch changed."""
+    for i, op in enumerate(ops):
+        if not isinstance(op, dict) or op.get("op") != "test":
+            return i
+    return len(ops)
+
+
+def _kept(ops: list[Any]) -> Ops:
+    """The ops the core applies: unknown ones dropped, none for a malformed patch (refused)."""
+    try:
+        return check_patch(ops)[0]
+    except MalformedPatch:
+        return []
 
 
 def _walk(

@@ -148,16 +148,40 @@ def patched_size(
     doc: Document, ops: list[dict[str, Json]], size: int, size_of: Callable[[Json], int]
 ) -> int:
     """The exact compact-JSON size ``doc`` (``size`` bytes now) would have after ``ops``, at a
-    cost proportional to what the patch touches, not to the document: the patch is applied in
-    place (nothing copied) while its size changes are added up, then undone.
+    cost proportional to what the patch touches, not to the document (see :func:`trial`).
 
     Raises :class:`PatchFailed` if it does not apply; ``doc`` is unchanged either way."""
+    result = trial(doc, ops, size=size, size_of=size_of)
+    assert result is not None
+    return result
+
+
+def trial(
+    doc: Document,
+    ops: list[dict[str, Json]],
+    *,
+    taking: Callable[[dict[str, Json], Json], None] | None = None,
+    size: int | None = None,
+    size_of: Callable[[Json], int] | None = None,
+) -> int | None:
+    """Apply ``ops`` (already checked) to ``doc`` in place as :func:`apply_patch` does, then
+    undo them: ``doc`` is unchanged whatever happens. Nothing is copied but what a ``copy``
+    takes, so the cost is what the patch touches, not the document.
+
+    ``taking`` is called before each ``copy`` and ``move`` with the op and the value it takes,
+    resolved as the ops before it left the document (a value the patch itself wrote, moved or
+    removed included); what it raises ends the trial. Given the document's ``size`` now and
+    ``size_of``, returns the exact size it would have after ``ops`` (else None).
+
+    Raises :class:`PatchFailed` if the patch does not apply."""
     journal: list[Undo] = []
-    meter = _Meter(size, size_of)
+    meter = None if size is None or size_of is None else _Meter(size, size_of)
     try:
         for op in ops:
+            if taking is not None and op["op"] in ("copy", "move"):
+                taking(op, _resolve(doc, _parts(op["from"])))
             _apply_one(doc, op, journal, meter, own=False)
-        return meter.size
+        return None if meter is None else meter.size
     finally:
         for undo in reversed(journal):
             undo()

@@ -152,20 +152,124 @@ def test_a_copy_or_a_move_is_checked_for_what_it_takes_whatever_value_it_carries
     assert refused(check, thread, delta(grow)) == "state_too_large"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: a copy's depth is read from the state before the patch, so a copy of what "
-    "an earlier op of the same patch wrote escapes the depth limit; checking it needs the core "
-    "to resolve 'from' after the earlier ops (hub.core.patch)",
-)
-def test_a_copy_of_what_an_earlier_op_wrote_counts_its_depth() -> None:
+def test_a_copy_or_a_move_of_what_an_earlier_op_wrote_counts_its_depth() -> None:
     check = EventCheck(Limits(max_depth=4))
     thread = thread_with({"a": {"b": {}}})
+    before = copy.deepcopy(thread.state)
+    for kind in ("copy", "move"):
+        event = delta(
+            {"op": "add", "path": "/x", "value": [[1]]},
+            {"op": kind, "from": "/x", "path": "/a/b/c"},  # 3 + 2 > 4
+        )
+        assert refused(check, thread, event) == "too_deep"
+        assert thread.state == before
+        fits = delta(event["delta"][0], {"op": kind, "from": "/x", "path": "/a/c"})  # 2 + 2
+        assert check.check(thread, fits).patch is not None
+        assert thread.state == before
+    # Above what an earlier op wrote: /a is 3 deep once /a/b/c is added, 2 before.
     event = delta(
-        {"op": "add", "path": "/x", "value": [[1]]},
-        {"op": "copy", "from": "/x", "path": "/a/b/c"},  # 3 + 2 > 4
+        {"op": "add", "path": "/a/b/c", "value": [1]},
+        {"op": "copy", "from": "/a", "path": "/q"},
+        {"op": "copy", "from": "/q", "path": "/a/b/d"},  # a copy of a copy: 3 + 3 > 4
     )
     assert refused(check, thread, event) == "too_deep"
+    assert thread.state == before
+
+
+def test_a_copy_repeated_within_a_patch_cannot_nest_the_state_past_the_depth_limit() -> None:
+    check = EventCheck(Limits(max_depth=6))
+    thread = thread_with({"a": [1]})
+    ops = [{"op": "copy", "from": "/a", "path": "/a/0"} for _ in range(6)]  # /a nests once more
+    assert refused(check, thread, delta(*ops)) == "too_deep"
+    assert check.check(thread, delta(*ops[:4])).patch is not None  # {"a": 5 deep}: 6
+    thread.publish(delta(*ops[:4]))
+    assert depth_of(thread.state) == 6
+    assert refused(check, thread, delta(ops[0])) == "too_deep"
+
+
+def test_a_copy_or_a_move_takes_what_the_ops_before_it_left_there() -> None:
+    check = EventCheck(Limits(max_depth=4))
+    thread = thread_with({"a": {"b": {}}, "x": deep(3)})
+    for kind in ("copy", "move"):
+        target = {"op": kind, "from": "/x", "path": "/a/b/c"}
+        # /x is 3 deep before the patch; an earlier op made it a scalar, or shallow enough.
+        assert refused(check, thread, delta(target)) == "too_deep"
+        replaced = delta({"op": "replace", "path": "/x", "value": 1}, target)
+        assert check.check(thread, replaced).patch is not None
+        readded = delta({"op": "remove", "path": "/x"}, {"op": "add", "path": "/x", "value": [1]})
+        assert check.check(thread, delta(*readded["delta"], target)).patch is not None
+        # ... or deeper than it was, or gone (the core refuses a patch that does not apply).
+        shallow = thread_with({"a": {"b": {}}, "x": 1})
+        deeper = delta({"op": "replace", "path": "/x", "value": [[1]]}, target)
+        assert refused(check, shallow, deeper) == "too_deep"
+        gone = delta({"op": "remove", "path": "/x"}, target)
+        assert check.check(shallow, gone).patch is not None
+        assert shallow.publish(gone).error is not None
+        # Only tests before it: the state before the patch is what it takes.
+        tested = delta({"op": "test", "path": "/x", "value": deep(3)}, target)
+        assert refused(check, thread, tested) == "too_deep"
+    # An array's indices shift under an earlier op.
+    listed = thread_with({"a": {"b": {}}, "l": [1, deep(3)]})
+    shifted = delta(
+        {"op": "remove", "path": "/l/0"}, {"op": "copy", "from": "/l/0", "path": "/a/b/c"}
+    )
+    assert refused(check, listed, shifted) == "too_deep"
+
+
+def test_a_copy_of_what_an_earlier_op_wrote_counts_its_size() -> None:
+    for measured in (False, True):
+        check = EventCheck(Limits(max_state_bytes=1000))
+        thread = thread_with({"a": 1})
+        if measured:  # near the limit the document keeps its size: the same answer
+            thread.doc.measured(json_size(thread.state), json_size)
+        before = copy.deepcopy(thread.state)
+        big = {"op": "add", "path": "/x", "value": "x" * 600}
+        event = delta(big, {"op": "copy", "from": "/x", "path": "/y"})
+        assert refused(check, thread, event) == "state_too_large"
+        assert thread.state == before
+        assert thread.doc.size in (None, json_size(before))
+        # Above it: an earlier op writes into what the copy takes.
+        event = delta(
+            {"op": "add", "path": "/o", "value": {}},
+            {"op": "add", "path": "/o/k", "value": "x" * 550},
+            {"op": "copy", "from": "/o", "path": "/p"},
+        )
+        assert refused(check, thread, event) == "state_too_large"
+        assert thread.state == before
+        # A move takes it away where it was: it fits.
+        moved = delta(big, {"op": "move", "from": "/x", "path": "/y"})
+        assert check.check(thread, moved).patch is not None
+        assert thread.state == before
+
+
+def test_ops_the_core_drops_do_not_hide_what_the_others_add() -> None:
+    """An op the core does not know is dropped, the rest applied: the size is theirs."""
+    check = EventCheck(Limits(max_state_bytes=100))
+    thread = thread_with({"big": "x" * 60})
+    for ops in (
+        [{"op": "copy", "from": "/big", "path": "/again"}, {"op": "frob", "path": "/x"}],
+        [{"op": "frob", "path": "/x"}, {"op": "copy", "from": "/big", "path": "/again"}],
+        [{"op": "add", "path": "/b", "value": "y" * 60}, {"op": "frob", "path": "/x"}],
+    ):
+        assert refused(check, thread, delta(*ops)) == "state_too_large"
+    deep_check = EventCheck(Limits(max_depth=4))
+    nested = thread_with({"a": {"b": {}}})
+    ops = [
+        {"op": "add", "path": "/x", "value": [[1]]},
+        {"op": "frob", "path": "/x"},
+        {"op": "move", "from": "/x", "path": "/a/b/c"},
+    ]
+    assert refused(deep_check, nested, delta(*ops)) == "too_deep"
+
+
+def test_a_move_after_a_write_does_not_measure_the_state_far_from_the_limit() -> None:
+    check = EventCheck(Limits())
+    thread = thread_with({"a": {}})
+    event = delta(
+        {"op": "add", "path": "/x", "value": 1}, {"op": "move", "from": "/x", "path": "/y"}
+    )
+    assert check.check(thread, event).patch is not None
+    assert thread.doc.size is None
 
 
 def test_secret_keys_a_delta_writes_are_found_in_its_paths_and_values_in_order() -> None:
@@ -295,6 +399,20 @@ def test_an_activity_delta_counts_its_ops_and_the_depth_it_writes_into_the_conte
     )
     op = {"op": "add", "path": "/p", "value": 1}
     assert refused(check, thread, activity(op, op)) == "too_many_ops"
+    # A copy or a move counts what it takes after the ops before it.
+    check = EventCheck(Limits(max_depth=5))
+    for kind in ("copy", "move"):
+        written = {"op": "add", "path": "/p", "value": [[1]]}
+        assert check.check(thread, activity(written, {"op": kind, "from": "/p", "path": "/q"}))
+        taken = {"op": kind, "from": "/p", "path": "/q/0"}
+        event = activity(written, {"op": "add", "path": "/q", "value": []}, taken)
+        assert refused(check, thread, event) == "too_deep"  # 2 + 2 + 2 > 5
+        assert thread.messages.get("a") == {
+            "id": "a",
+            "role": "activity",
+            "activityType": "x",
+            "content": {},
+        }
 
 
 # --- properties --------------------------------------------------------------------------------
@@ -386,8 +504,7 @@ def test_random_events_are_accepted_or_refused_with_a_stable_code(
 ) -> None:
     """Whatever the events, the check accepts or refuses with a documented code, never changes
     what the thread shows, and what it accepts keeps the state within the size and depth
-    limits (the depth but for a copy of what an earlier op of its patch wrote: see the xfail
-    above)."""
+    limits."""
     check = EventCheck(limits, policy)
     thread = thread_with()
     try:
@@ -395,7 +512,6 @@ def test_random_events_are_accepted_or_refused_with_a_stable_code(
         thread.publish(snapshot(copy.deepcopy(state)))
     except PeerError:
         pass
-    deep_copies = False
     for frame in events:
         try:
             event, _ = parse_event(copy.deepcopy(frame))
@@ -413,7 +529,60 @@ def test_random_events_are_accepted_or_refused_with_a_stable_code(
         if checked.patch is not None:
             thread.trust_patch(checked.patch)
         thread.publish(event)
-        ops = event.get("delta") or [{}]
-        deep_copies |= any(op.get("op") in ("copy", "move") for op in ops[1:])
         assert json_size(thread.state) <= limits.max_state_bytes
-        assert deep_copies or depth_of(thread.state) <= limits.max_depth
+        assert depth_of(thread.state) <= limits.max_depth
+
+
+PATHS = st.sampled_from(
+    ["", "/a", "/b", "/a/b", "/a/0", "/a/-", "/b/a", "/a/b/c", "/a/0/0", "/b/0", "/c", "/0"]
+)
+MOVING = st.builds(
+    lambda kind, path, source: {"op": kind, "from": source, "path": path},
+    st.sampled_from(["copy", "move"]),
+    PATHS,
+    PATHS,
+)
+WRITING = st.builds(
+    lambda kind, path, value: {"op": kind, "path": path, "value": value},
+    st.sampled_from(["add", "replace"]),
+    PATHS,
+    VALUES,
+) | st.builds(lambda path: {"op": "remove", "path": path}, PATHS)
+
+
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), VALUES, max_size=3),
+    st.lists(st.lists(MOVING | WRITING, min_size=1, max_size=6), min_size=1, max_size=4),
+    st.integers(1, 6),
+    st.integers(10, 300),
+)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_an_accepted_patch_with_copies_and_moves_keeps_the_state_within_the_limits(
+    state: Any, patches: list[list[dict[str, Any]]], max_depth: int, max_bytes: int
+) -> None:
+    """Copies and moves of what the state holds, of what earlier ops of the same patch wrote,
+    and of what they replaced or removed, patch after patch: a patch the check accepts never
+    leaves the state deeper or larger than the limits, and one it refuses changes nothing."""
+    limits = Limits(max_depth=max_depth, max_state_bytes=max_bytes)
+    check = EventCheck(limits)
+    thread = thread_with()
+    try:
+        check.check(thread, snapshot(state))
+        thread.publish(snapshot(state))
+    except PeerError:
+        pass
+    for ops in patches:
+        event = delta(*copy.deepcopy(ops))
+        before = copy.deepcopy(thread.state)
+        try:
+            checked = check.check(thread, event)
+        except PeerError as exc:
+            assert exc.code in ("too_deep", "state_too_large")
+            assert thread.state == before
+            continue
+        assert thread.state == before
+        if checked.patch is not None:
+            thread.trust_patch(checked.patch)
+        thread.publish(event)
+        assert depth_of(thread.state) <= max_depth
+        assert json_size(thread.state) <= max_bytes

@@ -1,5 +1,6 @@
 """The exact size of a document after a patch, at a cost proportional to the patch: measured
-without applying (``patched_size``, then undone) and kept by every patch once known."""
+without applying (``patched_size``, then undone) and kept by every patch once known; and what
+each copy or move of a patch takes, as the ops before it left the document (``trial``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jsonpointer import EndOfList, JsonPointerException, resolve_pointer
 
-from hub.core.patch import Document, apply_patch, patched_size
+from hub.core.patch import Document, apply_patch, patched_size, trial
 from hub.errors import PatchFailed
 from hub.limits import json_size
 
@@ -80,6 +82,53 @@ def test_patched_size_is_the_size_after_the_patch_and_changes_nothing(
         return
     assert patched_size(doc, ops, size(root), json_size) == size(reference.root)
     assert doc.root == before  # measured, then undone
+
+
+class Stop(Exception):
+    pass
+
+
+@settings(max_examples=400, deadline=None)
+@given(doc_and_ops(), st.booleans())
+def test_a_trial_shows_each_copy_and_move_what_it_takes_after_the_ops_before_it(
+    case: tuple[Any, list[dict[str, Any]]], stop: bool
+) -> None:
+    """The value a copy or a move takes is what the ops before it left there (a value the patch
+    wrote itself included), as applying them one by one shows; the document is unchanged after,
+    whether the patch applies, fails, or the callback stops the trial."""
+    root, ops = case
+    before = copy.deepcopy(root)
+    expected: list[Any] = []
+    reference = Document(copy.deepcopy(root))
+    applies = True
+    for op in ops:
+        try:
+            if op["op"] in ("copy", "move"):
+                value = resolve_pointer(reference.root, op["from"])
+                if isinstance(value, EndOfList):  # "-" names no value: the patch fails
+                    raise PatchFailed("no value")
+                expected.append(copy.deepcopy(value))
+            apply_patch(reference, [copy.deepcopy(op)])
+        except (PatchFailed, JsonPointerException):
+            applies = False
+            break
+    taken: list[Any] = []
+
+    def taking(op: dict[str, Any], value: Any) -> None:
+        taken.append(copy.deepcopy(value))
+        if stop:
+            raise Stop
+
+    doc = Document(root)
+    try:
+        assert trial(doc, ops, taking=taking) is None  # no size asked
+        assert applies and not (stop and expected)
+    except Stop:
+        assert stop
+    except PatchFailed:
+        assert not applies
+    assert doc.root == before
+    assert taken == (expected[:1] if stop else expected)
 
 
 @settings(max_examples=300, deadline=None)

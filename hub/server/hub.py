@@ -57,11 +57,8 @@ SYNC_CACHE_BYTES = 4 << 20
 UNLOAD_AFTER = 60.0
 #: Seconds between asking an unreachable store again: doubling from the first to the last
 #: (each jittered by 0.5-1.5x).
-STORE_RETRY_MIN = 0.1
-#: The node's one probe of an unreachable store (a PING), at most this far apart: what waits
-#: on the store (writes in doubt) goes on when the probe finds it back, so this bounds how
-#: late a node is after an outage, for one command a second at most.
-STORE_RETRY_MAX = 0.5
+STORE_RETRY_MIN = 0.25
+STORE_RETRY_MAX = 5.0
 
 
 def new_epoch() -> str:

@@ -8,7 +8,6 @@ the hub back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -65,8 +64,6 @@ class StoreHealth:
         self._down_since = 0.0
         self._warned_at = 0.0
         self._down = asyncio.Event()
-        self._up = asyncio.Event()
-        self._up.set()
 
     def unreachable(self, cause: BaseException | str) -> None:
         """The store failed a request for now (``cause``: the error, or why in words)."""
@@ -78,7 +75,6 @@ class StoreHealth:
             self.reachable = False
             self._down_since = self._warned_at = now
             self._down.set()
-            self._up.clear()
             log.warning("%s: %s; retrying", what, reason)
         elif now - self._warned_at >= OUTAGE_WARN_EVERY:
             self._warned_at = now
@@ -93,7 +89,6 @@ class StoreHealth:
         if not self.reachable:
             self.reachable = True
             self._down.clear()
-            self._up.set()
             log.info(
                 "%s answers again, after %.1f s", self.label, time.monotonic() - self._down_since
             )
@@ -101,12 +96,3 @@ class StoreHealth:
     async def went_down(self) -> None:
         """Wait until the store is found unreachable (at once if it is)."""
         await self._down.wait()
-
-    async def back(self, timeout: float) -> None:
-        """Wait until the store answers again, at most ``timeout`` seconds (at once if it
-        does): what waits on an outage goes on the moment the node's one probe (or any
-        request) finds the store back, instead of each waiter polling it on its own clock."""
-        if self.reachable:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._up.wait(), timeout)

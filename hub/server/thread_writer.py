@@ -210,14 +210,7 @@ class ThreadWriter:
         shared = self.follower
         delay = SETTLE_MIN
         while True:
-            # While the store is away, the node's probe says when it is back: the batch goes
-            # again at once then, not up to SETTLE_MAX later (after a long outage every
-            # writer had backed off to a second).
-            wait = delay * random.uniform(0.5, 1.0)
-            if self.health.reachable:
-                await asyncio.sleep(wait)
-            else:
-                await self.health.back(wait)
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, SETTLE_MAX)
             async with loaded.lock:
                 try:

@@ -3,14 +3,33 @@ Debian's Chromium) from pytest: the run, bounded, and its report when it fails."
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
+from support import require
+
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+#: The browser client, and the hub these suites start (the checkout's venv).
+CLIENT = ROOT / "clients" / "js"
+HUB_BIN = ROOT / ".venv" / "bin" / "agui-hub"
+#: Debian's Chromium, which playwright-core drives (never a downloaded browser).
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 #: Seconds one Node test file may run.
 SUITE_TIMEOUT_S = 90
+
+
+def require_browser() -> str:
+    """Node and Chromium, or the test is skipped (failed under CI); Node's path."""
+    node = shutil.which("node")
+    require("node is not on PATH", node is not None)
+    require(f"no Chromium at {CHROMIUM} (apt-get install chromium)", os.access(CHROMIUM, os.X_OK))
+    assert node is not None
+    return node
 
 
 def run_suite(

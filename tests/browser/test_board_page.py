@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,16 +32,14 @@ from typing import Any
 import httpx
 import pytest
 from auth.tokens import SECRET
-from node_suite import passed, run_suite
+from node_suite import CHROMIUM, ROOT, passed, require_browser, run_suite
 from receipts.boards import FIXTURE_STATES, fixture_records, iso, now, receipt
-from support import HubProcess, npm_ci, require
+from support import HubProcess, npm_ci
 
 from hub.auth import mint_token
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 BOARD_JS = ROOT / "hub" / "web" / "board.js"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 INSTALL_TIMEOUT_S = 300
 SUITE_TIMEOUT_S = 90
 TENANT = "acme"
@@ -205,9 +202,7 @@ def ingest(hub: HubProcess, records: list[dict[str, Any]]) -> None:
 def test_the_operator_board_counts_filters_pages_and_opens_histories_in_chromium(
     tmp_path: Path, start_hub: Callable[..., HubProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    node = shutil.which("node")
-    require("node is not on PATH", node is not None)
-    require(f"no Chromium at {CHROMIUM} (apt-get install chromium)", os.access(CHROMIUM, os.X_OK))
+    node = require_browser()
     assert node is not None
     if not (HERE / "node_modules" / "playwright-core").is_dir():
         npm_ci(HERE, INSTALL_TIMEOUT_S)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,18 +40,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from node_suite import run_suite
-from support import npm_ci, require
+from node_suite import CHROMIUM, ROOT, require_browser, run_suite
+from support import npm_ci
 
 from hub.receipts.board import board_state
 from hub.receipts.classify import classify
 from hub.receipts.model import Receipt
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
 README_SCREENSHOT = ROOT / "hub" / "web" / "screenshot-demo.png"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 LISTENING = re.compile(r"agui-hub demo on ws://127\.0\.0\.1:(\d+)")
 INSTALL_TIMEOUT_S = 300
 SUITE_TIMEOUT_S = 120
@@ -140,9 +137,7 @@ def board_fixture() -> dict[str, Any]:
 
 
 def test_the_demo_pages_work_in_chromium(tmp_path: Path) -> None:
-    node = shutil.which("node")
-    require("node is not on PATH", node is not None)
-    require(f"no Chromium at {CHROMIUM} (apt-get install chromium)", os.access(CHROMIUM, os.X_OK))
+    node = require_browser()
     assert node is not None
     if not (HERE / "node_modules" / "playwright-core").is_dir():
         npm_ci(HERE, INSTALL_TIMEOUT_S)

@@ -25,15 +25,11 @@ import os
 import shutil
 from pathlib import Path
 
-from node_suite import passed, run_suite
+from node_suite import CHROMIUM, CLIENT, HUB_BIN, passed, require_browser, run_suite
 from support import npm_ci, require
 from test_demo_pages import DemoHub
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-CLIENT = ROOT / "clients" / "js"
-HUB_BIN = ROOT / ".venv" / "bin" / "agui-hub"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 INSTALL_TIMEOUT_S = 300
 SUITE_TIMEOUT_S = 150
 #: The suite's tests: the fences check, and one per block of the README.
@@ -41,9 +37,7 @@ BLOCKS = 7
 
 
 def test_the_js_readme_blocks_work_as_written() -> None:
-    node = shutil.which("node")
-    require("node is not on PATH", node is not None)
-    require(f"no Chromium at {CHROMIUM} (apt-get install chromium)", os.access(CHROMIUM, os.X_OK))
+    node = require_browser()
     require(f"no hub at {HUB_BIN}", os.access(HUB_BIN, os.X_OK))
     require("npm is not on PATH (the sh block runs it)", shutil.which("npm") is not None)
     assert node is not None

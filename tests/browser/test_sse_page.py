@@ -18,25 +18,18 @@ About 6-10 s.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-from node_suite import passed, run_suite
+from node_suite import CHROMIUM, CLIENT, HUB_BIN, passed, require_browser, run_suite
 from support import npm_ci, require
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-CLIENT = ROOT / "clients" / "js"
-HUB_BIN = ROOT / ".venv" / "bin" / "agui-hub"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 INSTALL_TIMEOUT_S = 300
 SUITE_TIMEOUT_S = 90
 
 
 def test_the_sse_client_resumes_in_chromium() -> None:
-    node = shutil.which("node")
-    require("node is not on PATH", node is not None)
-    require(f"no Chromium at {CHROMIUM} (apt-get install chromium)", os.access(CHROMIUM, os.X_OK))
+    node = require_browser()
     hub_bin = os.environ.get("AGUI_HUB_BIN", str(HUB_BIN))
     require(f"no hub at {hub_bin}", os.access(hub_bin, os.X_OK))
     assert node is not None

@@ -50,7 +50,9 @@ class Store(ABC):
 
     @abstractmethod
     async def load(self, thread_id: str) -> StoredThread | None:
-        """The thread's record and retained log, or None if the store has no such thread."""
+        """The thread's record and retained log, or None if the store has no such thread.
+        Like every read here (``head``, ``read_log``, ``load_session``, ``run_lease``) it
+        stores nothing: a thread exists only once a writer created it (:meth:`create_new`)."""
 
     @abstractmethod
     async def create(self, thread_id: str, record: bytes) -> None:
@@ -76,7 +78,8 @@ class Store(ABC):
 
     async def create_new(self, thread_id: str, record: bytes) -> bool:
         """Create the thread unless it exists; True if this call created it. Atomic on shared
-        stores, so two nodes loading a new thread at once agree on one epoch."""
+        stores, so two nodes writing a new thread's first events at once agree on one epoch.
+        A hub node calls it on a thread's first write, never on a read."""
         if await self.load(thread_id) is not None:
             return False
         await self.create(thread_id, record)

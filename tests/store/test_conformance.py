@@ -57,6 +57,26 @@ async def test_an_unknown_thread_loads_as_none(opener: Opener) -> None:
     assert await store.load("nope") is None
 
 
+async def test_loading_a_missing_thread_stores_nothing(opener: Opener) -> None:
+    """A node reads before anyone writes (a GET, a tab that opens before its agent): every
+    read of a thread the store does not hold answers "none" and leaves it so, reopened too.
+    Only a creation makes it, once (two nodes creating it at once agree on one record)."""
+    store = await opener()
+    assert await store.load("nope") is None
+    assert await store.head("nope") is None
+    assert await store.read_log("nope", 0) is None
+    assert await store.load_session("nope") is None
+    assert await store.run_lease("nope") is None
+    assert await store.load("nope") is None
+    assert await store.thread_ids() == []
+    assert await (await opener()).thread_ids() == []  # nothing to find on reopening either
+    assert await store.create_new("nope", pack({"epoch": "e1", "seq": 0}))
+    assert not await store.create_new("nope", pack({"epoch": "e2", "seq": 0}))
+    stored = await store.load("nope")
+    assert stored is not None and unpack(stored.record) == {"epoch": "e1", "seq": 0}
+    assert await store.thread_ids() == ["nope"]
+
+
 async def test_create_then_load_gives_the_record_and_an_empty_log(opener: Opener) -> None:
     store = await opener()
     await store.create("t", pack({"seq": 0}))

@@ -69,16 +69,18 @@ def describe(data: bytes) -> Info:
         value = event.get("value") or {}
         name = event.get("name")
         if name == "hub.welcome":
-            return Info(WELCOME, int(value["seq"]), str(value["epoch"]), False, None, -1,
+            return Info(WELCOME, int(value["seq"]), str(value["epoch"] or ""), False, None, -1,
                         bool(value["resumed"]))  # fmt: skip
         if name == "hub.heartbeat":
-            return Info(HEARTBEAT, int(value["seq"]), str(value["epoch"]), False, None, -1, False)
+            return Info(
+                HEARTBEAT, int(value["seq"]), str(value["epoch"] or ""), False, None, -1, False
+            )
         if name == "hub.error":
             return Info(ERROR, 0, "", False, None, -1, False)
     hub = (event.get("metadata") or {}).get("hub")
     if not isinstance(hub, dict) or "seq" not in hub:
         return Info(OTHER, 0, "", False, None, -1, False)
-    seq, epoch, sync = int(hub["seq"]), str(hub["epoch"]), bool(hub.get("sync"))
+    seq, epoch, sync = int(hub["seq"]), str(hub["epoch"] or ""), bool(hub.get("sync"))
     if kind == "STATE_SNAPSHOT":
         return Info(SNAPSHOT, seq, epoch, sync, None, -1, False)
     if kind == "STATE_DELTA":
@@ -179,7 +181,7 @@ class Consumer:
         else:
             if self.awaiting is not None:
                 return
-            if info.epoch != self.epoch:
+            if self.epoch and info.epoch != self.epoch:  # none held (epoch null): take it
                 self.resync("gap")
                 return
             if info.seq <= self.seq:
@@ -193,7 +195,7 @@ class Consumer:
                 except (PatchFailed, MalformedPatch):
                     self.resync("patch_failed")
                     return
-            self.seq = info.seq
+            self.seq, self.epoch = info.seq, info.epoch
         if self.awaiting is None and len(self.times) <= self.seq:
             now = time.monotonic()
             self.times.extend([now] * (self.seq + 1 - len(self.times)))

@@ -60,12 +60,12 @@ def describe(data: bytes) -> Info:
         delta = event["delta"]
         if len(delta) == 1 and delta[0].get("path") == "/t":
             sent = float(delta[0]["value"])
-        return DELTA, int(hub["seq"]), sent, str(hub["epoch"]), False
+        return DELTA, int(hub["seq"]), sent, str(hub["epoch"] or ""), False
     if kind == "STATE_SNAPSHOT":
-        return SNAPSHOT, int(hub["seq"]), 0.0, str(hub["epoch"]), False
+        return SNAPSHOT, int(hub["seq"]), 0.0, str(hub["epoch"] or ""), False
     if kind == "CUSTOM" and event.get("name") == "hub.welcome":
         value = event["value"]
-        return WELCOME, int(value["seq"]), 0.0, str(value["epoch"]), bool(value["resumed"])
+        return WELCOME, int(value["seq"]), 0.0, str(value["epoch"] or ""), bool(value["resumed"])
     return OTHER, 0, 0.0, "", False
 
 

@@ -114,7 +114,8 @@ def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:
 
     The frames reference the thread's live state: encode them before the thread changes.
     """
-    position = {"seq": thread.seq, "epoch": thread.epoch, "sync": True}
+    # A thread nobody wrote yet has no epoch (""): null, as in its welcome (hub.wire.control).
+    position = {"seq": thread.seq, "epoch": thread.epoch or None, "sync": True}
     same_run = view.run_id == thread.run_id
     kept = {k for k in view.open if same_run and k in thread.open}
     frames: list[Event] = []

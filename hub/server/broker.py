@@ -38,14 +38,14 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from hub.core.thread import Event
+from hub.core.thread import Event, Thread
 from hub.errors import Unavailable
-from hub.server.loaded import LoadedThread
+from hub.server.loaded import NO_EPOCH, LoadedThread, new_epoch
 from hub.server.metrics import Metrics
 from hub.server.node import Node, StoreHealth
 from hub.store import Store
 from hub.store.base import Position, seq_of, transient
-from hub.wire.codec import Frame
+from hub.wire.codec import Frame, pack
 
 log = logging.getLogger("agui_hub.shared")
 
@@ -304,6 +304,22 @@ class SharedBroker(Broker):
             return False
         return True
 
+    async def try_create(self, loaded: LoadedThread) -> bool:
+        """The thread's first write on this node, and the store holds no such thread as far
+        as the copy knows: create it unless another node did first (atomic, so every node
+        agrees on one epoch), then reload it from the store. False if the store could not
+        be reached (or holds no thread after all)."""
+        first = Thread(loaded.thread.thread_id, new_epoch(), retention=1)
+        try:
+            await self.store.create_new(loaded.key, pack(first.to_record()))
+        except Exception as exc:
+            if transient(exc):  # an outage: logged once for the node, not per thread
+                self.health.unreachable(exc)
+            else:
+                log.warning("thread %s could not be created yet: %s", loaded.key, exc)
+            return False
+        return await self.try_reload(loaded) and loaded.in_store
+
     # -- following other nodes ------------------------------------------------------------------
 
     def deliver(self, thread_id: str, events: list[Event]) -> None:
@@ -386,7 +402,7 @@ class SharedBroker(Broker):
         try:
             if following.check_head and not following.inbox:
                 head = await self.store.head(loaded.key)
-                if head == (thread.seq, thread.epoch):
+                if head == (thread.seq, thread.epoch) or (head is None and not loaded.in_store):
                     following.check_head = False  # quiet, and nothing was missed
                     following.gap_cause = "gap"
                     return
@@ -424,6 +440,11 @@ class SharedBroker(Broker):
         loaded.persisted_seq = fresh.seq
         loaded.frames.clear()
         loaded.sync_cache.clear()
+        if old_epoch == NO_EPOCH:
+            # Its first write (here or on another node): its consumers hold the empty thread
+            # with no epoch, which is where every epoch starts, so every event of it goes out
+            # to them live (they take the epoch of the first).
+            old_epoch = fresh.epoch
         newer = fresh.since(committed) if fresh.epoch == old_epoch else None
         if newer is not None:
             loaded.frames.extend(Frame(e) for e in fresh.log if seq_of(e) <= committed)

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError, Unavailable
 from hub.server.broker import Broker, LocalBroker, SharedBroker
 from hub.server.config import Config
-from hub.server.loaded import Life, LoadedThread
+from hub.server.loaded import NO_EPOCH, Life, LoadedThread
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth
 from hub.server.outbox import LiveFrame, Outbox
@@ -33,7 +32,7 @@ from hub.server.persistence import LocalPersistence, Persistence, SharedPersiste
 from hub.store import Store
 from hub.store.base import transient
 from hub.wire import control
-from hub.wire.codec import Encoding, Frame, pack, unpack
+from hub.wire.codec import Encoding, Frame, unpack
 
 log = logging.getLogger("agui_hub")
 
@@ -59,10 +58,6 @@ UNLOAD_AFTER = 60.0
 #: (each jittered by 0.5-1.5x).
 STORE_RETRY_MIN = 0.25
 STORE_RETRY_MAX = 5.0
-
-
-def new_epoch() -> str:
-    return secrets.token_hex(8)
 
 
 def thread_name(key: str) -> str:
@@ -159,8 +154,9 @@ class Hub:
     # -- threads --------------------------------------------------------------------------------
 
     async def load(self, key: str) -> LoadedThread:
-        """The loaded thread ``key`` (``tenant/thread``), loading it from the store or creating
-        it on first use."""
+        """The loaded thread ``key`` (``tenant/thread``), loaded from the store. One the store
+        does not hold is the empty thread at ``(0, NO_EPOCH)``, and loading it stores nothing:
+        only a write creates a thread in the store (see :mod:`hub.server.persistence`)."""
         loaded = self.loaded.get(key)
         if loaded is not None:
             if loaded in self._idle:
@@ -180,18 +176,12 @@ class Hub:
         return loaded
 
     async def load_thread(self, key: str) -> Thread:
-        """The thread as the store holds it, created (with a new epoch) if it has none."""
+        """The thread as the store holds it; if it holds none, the empty thread with no epoch
+        (``NO_EPOCH``), and nothing is stored: a read must not create what nobody wrote (anyone
+        who may read could fill the store). Its first write creates it."""
         retention = self.config.retention
         try:
-            for _ in range(3):
-                stored = await self.store.load(key)
-                self.store_health.reached()  # it answered (logged if it was away)
-                if stored is not None:
-                    record = unpack(stored.record)
-                    return Thread.from_record(record, stored.log, retention=retention)
-                thread = Thread(thread_name(key), new_epoch(), retention=retention)
-                if await self.store.create_new(key, pack(thread.to_record())):
-                    return thread
+            stored = await self.store.load(key)
         except HubError:
             raise
         except Exception as exc:
@@ -200,7 +190,10 @@ class Hub:
             else:
                 log.exception("store failed loading thread %s", key)
             raise Unavailable("the store is unavailable; retry") from exc
-        raise Unavailable("the thread is being created and deleted concurrently")
+        self.store_health.reached()  # it answered (logged if it was away)
+        if stored is None:
+            return Thread(thread_name(key), NO_EPOCH, retention=retention)
+        return Thread.from_record(unpack(stored.record), stored.log, retention=retention)
 
     async def _load(self, key: str) -> LoadedThread:
         thread = await self.load_thread(key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,6 +21,16 @@ from hub.core.consumer import ConsumerView
 from hub.core.thread import Event, Thread
 from hub.server.outbox import Outbox
 from hub.wire.codec import Encoding, Frame
+
+#: The epoch of a thread the store does not hold (nobody wrote it yet): reading or joining it
+#: stores nothing, and shows the empty thread at ``(0, NO_EPOCH)``. Its first write gives it
+#: an epoch of its own (:func:`new_epoch`), as it creates it in the store.
+NO_EPOCH = ""
+
+
+def new_epoch() -> str:
+    """A fresh epoch: a thread's log begins anew in the store (its first write, a lost log)."""
+    return secrets.token_hex(8)
 
 
 class Life(enum.Enum):
@@ -80,6 +91,14 @@ class LoadedThread:
     @property
     def unloaded(self) -> bool:
         return self.life is Life.UNLOADED
+
+    @property
+    def in_store(self) -> bool:
+        """The thread was written: the store holds it (a node-local store may still have its
+        creation queued). Not while nobody wrote it: the copy is then the empty thread at
+        ``(0, NO_EPOCH)``, and its first write creates it in the store (see
+        :mod:`hub.server.persistence`)."""
+        return self.thread.epoch != NO_EPOCH
 
     @property
     def attachable(self) -> bool:

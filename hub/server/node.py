@@ -45,7 +45,8 @@ class Node(Protocol):
         """Committed events to every consumer of the thread on this node (never waits)."""
 
     async def load_thread(self, key: str) -> Thread:
-        """The thread as the store holds it (created if it has none)."""
+        """The thread as the store holds it; the empty thread with no epoch (``NO_EPOCH``) if
+        it holds none. Never stores anything."""
 
 
 class StoreHealth:

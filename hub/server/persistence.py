@@ -14,6 +14,14 @@ Both keep each thread's record (its state and messages at a position) up to date
 from time to time, through the same queue: every ``compact_every`` events, or
 ``compact_seconds`` after the last change.
 
+Only a write creates a thread in the store. A thread loaded for a read (a ``GET``, a consumer
+that joins before its agent writes) that the store does not hold is the empty thread with no
+epoch (``NO_EPOCH``), and nothing of it is stored. The first change that produces events gives
+it an epoch and creates it, before those events: on a node-local store the creation is queued
+ahead of them; on a shared store the thread's writer creates it (``create_new``: one node
+wins, every node takes its epoch) and reloads it before committing. A consumer that joined
+before holds no epoch (null, to clients) and takes the epoch of the first event it gets.
+
 A write the store fails is retried, with backoff, while the failure is *transient* (the store
 is unreachable, busy or slow: see :func:`hub.store.base.transient`); the queue waits, so the
 agents slow down, and ``/readyz`` says not ready until the store takes a write again. A
@@ -41,10 +49,10 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from hub.core.thread import Event, Outcome
+from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubInternalError, Unavailable
 from hub.server.config import Config
-from hub.server.loaded import LoadedThread
+from hub.server.loaded import NO_EPOCH, LoadedThread, new_epoch
 from hub.server.metrics import Metrics
 from hub.server.node import Change, Node, StoreHealth, apply_change
 from hub.server.thread_writer import Follower, ThreadWriter
@@ -197,10 +205,20 @@ class Persistence(ABC):
                 continue  # nothing after a failed write: the store keeps a prefix, no holes
             if kind == "append":
                 pending.setdefault(thread_id, []).extend(payload)
+            elif kind == "create":
+                await drain()
+                await self._retry(thread_id, self._create, thread_id, payload)
             else:
                 await drain()
                 await self._retry(thread_id, self.store.save_record, thread_id, *payload)
         await drain()
+
+    async def _create(self, thread_id: str, record: bytes) -> None:
+        """A thread's first write: the store starts it, before its first events. The node
+        is its store's only writer and found no such thread, so one already there is not
+        the node's to write over (a permanent failure of that thread)."""
+        if not await self.store.create_new(thread_id, record):
+            raise RuntimeError(f"the store already holds thread {thread_id}, found missing")
 
     async def _retry(self, thread_id: str, fn: Any, *args: Any) -> bool:
         """``fn(*args)``, a write of ``thread_id``, until the store takes it: True. False if
@@ -295,19 +313,33 @@ class LocalPersistence(Persistence):
         return super().busy(loaded) or loaded in self._pending
 
     def _apply(self, loaded: LoadedThread) -> None:
-        """Every change waiting for the thread, in order, then one fan-out and one write."""
+        """Every change waiting for the thread, in order, then one fan-out and one write.
+
+        A thread the store does not hold yet (nobody wrote it) gets its epoch here, and if
+        the changes produced events, its creation is queued before them (:meth:`_create`).
+        If they produced none, it stays as it was: nothing is stored. Its consumers, who
+        joined it with no epoch, take the epoch of its first event."""
         pending = self._pending.pop(loaded, [])
         self._applied_at[loaded] = asyncio.get_running_loop().time()
+        thread = loaded.thread
+        first = not loaded.in_store
+        if first:
+            thread.epoch = new_epoch()
         events: list[Event] = []
         outcomes = []
         for change, _ in pending:
             try:
-                outcome = apply_change(change, loaded.thread)
+                outcome = apply_change(change, thread)
             except Exception:  # a bug: answer it, and keep the thread's other changes going
                 log.exception("applying a change to thread %s failed", loaded.key)
                 outcome = Outcome(error=HubInternalError("internal error"))
             events.extend(outcome.events)
             outcomes.append(outcome)
+        if first and not events:
+            thread.epoch = NO_EPOCH  # refused: still nobody wrote it
+        elif first:
+            record = Thread(thread.thread_id, thread.epoch, retention=1).to_record()
+            self._write(("create", loaded.key, pack(record)))
         if events:
             self.node.fan_out(loaded, events)
             self._write(("append", loaded.key, events))

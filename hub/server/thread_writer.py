@@ -82,6 +82,10 @@ class Follower(Protocol):
     async def try_reload(self, loaded: LoadedThread) -> bool:
         """Reload the thread from the store; False if the store cannot be read."""
 
+    async def try_create(self, loaded: LoadedThread) -> bool:
+        """Create the thread nobody wrote yet in the store (or take another node's), and
+        reload it; False if the store cannot be reached."""
+
 
 class ThreadWriter:
     """Commits one thread's changes to the shared store, in batches, one batch at a time."""
@@ -161,6 +165,11 @@ class ThreadWriter:
                 events = [event for outcome in outcomes for event in outcome.events]
                 if not events:
                     return outcomes
+                if not loaded.in_store:  # its first write: create it, then apply on that
+                    loaded.draft = None
+                    if not await shared.try_create(loaded):
+                        return _refused(changes, "the store is unavailable")
+                    continue
                 try:
                     await self._append(events)
                 except _Raced:

@@ -20,12 +20,18 @@ def custom(name: str, value: Any) -> dict[str, Any]:
     return {"type": "CUSTOM", "name": name, "value": value}
 
 
+def wire_epoch(epoch: str) -> str | None:
+    """A thread's epoch as clients see it: ``null`` for a thread nobody wrote yet (its epoch
+    is empty inside the hub; it has no history, so a client holding it holds no epoch and
+    takes the epoch of the first event it gets)."""
+    return epoch or None
+
+
 def welcome(thread_id: str, seq: int, epoch: str, node: str, **extra: Any) -> dict[str, Any]:
     """First frame on every connection. For consumers, ``resumed`` says whether the events
     after ``since`` follow (True) or a join from scratch does (False)."""
-    return custom(
-        WELCOME, {"threadId": thread_id, "seq": seq, "epoch": epoch, "node": node, **extra}
-    )
+    value = {"threadId": thread_id, "seq": seq, "epoch": wire_epoch(epoch), "node": node}
+    return custom(WELCOME, {**value, **extra})
 
 
 def error(exc: HubError, **extra: Any) -> dict[str, Any]:
@@ -35,7 +41,7 @@ def error(exc: HubError, **extra: Any) -> dict[str, Any]:
 def heartbeat(seq: int, epoch: str) -> dict[str, Any]:
     """Sent to an idle consumer: everything up to ``seq`` was sent, so a consumer holding
     less lost something (and asks ``hub.resync`` with reason ``gap``)."""
-    return custom(HEARTBEAT, {"seq": seq, "epoch": epoch})
+    return custom(HEARTBEAT, {"seq": seq, "epoch": wire_epoch(epoch)})
 
 
 def ack(seq: int, count: int) -> dict[str, Any]:

@@ -55,7 +55,8 @@ async def test_quiet_threads_with_consumers_cost_redis_no_command(
             url = f"{node.ws}/v1/threads/{thread}"
             consumers.append(await stack.enter_async_context(Consumer(url)))
         for consumer in consumers:  # every join done (its reads are the join's, not idle cost)
-            await consumer.wait_until(lambda c: c.epoch is not None, TIMEOUT)
+            # (the join's snapshot: an empty thread, one nobody wrote, has no epoch to wait for)
+            await consumer.wait_until(lambda c: c.snapshots >= 1, TIMEOUT)
         # ...and the writes' own aftermath: their announcements, their records compacted
         # (compact_seconds, 5 s, after the last change).
         await asyncio.sleep(max(1.5, written + 6.0 - asyncio.get_running_loop().time()))

@@ -132,7 +132,8 @@ class Watcher:
 
     async def joined(self) -> None:
         """Until the join (welcome and snapshot) is applied: later events arrive live."""
-        await self.until(lambda w: w.mirror.epoch is not None and w.mirror.awaiting is None)
+        # Its snapshot, not its epoch: a thread nobody wrote yet has none (null) until then.
+        await self.until(lambda w: w.mirror.snapshots >= 1 and w.mirror.awaiting is None)
 
     async def saw_end(self, run_id: str) -> None:
         await self.until(lambda w: ended(w.frames, run_id))

@@ -6,6 +6,7 @@ from hub.core.consumer import ConsumerView
 from hub.server.config import Config
 from hub.server.hub import Hub
 from hub.store.memory import MemoryStore
+from hub.wire.codec import unpack
 
 
 async def test_a_snapshot_is_encoded_once_for_every_joiner_while_the_agent_writes_on() -> None:
@@ -214,3 +215,27 @@ async def test_a_copys_life_moves_one_way_and_only_a_serving_copy_takes_consumer
         except RuntimeError:
             continue
         raise AssertionError(f"an unloaded copy became {back.value}")
+
+
+async def test_loading_a_missing_thread_stores_nothing_and_only_a_write_creates_it() -> None:
+    """Issue 21: a read of a thread nobody wrote is the empty thread with no epoch, and the
+    store holds nothing of it; a refused change is no write; the first event creates it, with
+    the epoch the copy took, before its events."""
+    store = MemoryStore()
+    hub = Hub(store, Config(store="memory://"))
+    await hub.start()
+    loaded = await hub.load("acme/t")
+    assert (loaded.thread.seq, loaded.thread.epoch, loaded.in_store) == (0, "", False)
+    assert loaded.thread.view()["state"] == {} and await store.thread_ids() == []
+    refused = await hub.publish(loaded, {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})
+    assert refused.error is not None and not loaded.in_store  # no run is open: nothing written
+    hub._maybe_unload(loaded)  # nothing of it to store: it may go
+    assert "acme/t" not in hub.loaded and await store.thread_ids() == []
+    loaded = await hub.load("acme/t")
+    outcome = await hub.publish(loaded, {"type": "CUSTOM", "name": "x", "value": 1})
+    epoch = loaded.thread.epoch
+    assert outcome.events[0]["metadata"]["hub"] == {"seq": 1, "epoch": epoch} and epoch
+    await hub.close()
+    stored = await store.load("acme/t")
+    assert stored is not None and unpack(stored.record)["epoch"] == epoch
+    assert [e["metadata"]["hub"]["seq"] for e in stored.log] == [1]

@@ -34,11 +34,15 @@ async def test_welcome_comes_first_and_carries_position_and_input(hub: HubProces
     welcome = await agent.recv()
     value = welcome["value"]
     assert welcome["name"] == "hub.welcome"
-    assert value["threadId"] == "t1" and value["seq"] == 0 and value["epoch"] and value["node"]
+    assert value["threadId"] == "t1" and value["seq"] == 0 and value["node"]
+    assert value["epoch"] is None  # nobody wrote the thread yet: it has no history
     assert value["input"] == {"threadId": "t1", "state": {}, "messages": []}
+    await agent.send({"type": "CUSTOM", "name": "x", "value": 1})
+    await agent.recv_until(lambda e: e.get("name") == "hub.ack")  # stored
     watcher = await Client.open(f"{hub.ws}/v1/threads/t1")
     first = await watcher.recv()
     assert first["name"] == "hub.welcome" and "input" not in first["value"]
+    assert first["value"]["seq"] == 1 and first["value"]["epoch"]  # written: an epoch
 
 
 async def test_events_fan_out_in_order_to_every_consumer(hub: HubProcess) -> None:

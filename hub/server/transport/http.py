@@ -28,6 +28,7 @@ from hub.server.transport.common import (
     redirect,
     text_response,
 )
+from hub.wire import control
 
 
 class Status(Protocol):
@@ -103,7 +104,8 @@ class NodePages:
 
 
 class ThreadView:
-    """``GET /v1/threads/{id}``: the thread as the store holds it, for a reader."""
+    """``GET /v1/threads/{id}``: the thread as the store holds it, for a reader. One the store
+    does not hold is answered as the empty thread (seq 0, epoch null), and stays unstored."""
 
     def __init__(self, hub: Hub, guard: Guard) -> None:
         self.hub = hub
@@ -130,4 +132,6 @@ class ThreadView:
                 return error_response(exc)
             raise
         self.guard.leave(admission)
-        return json_response(HTTPStatus.OK, loaded.thread.view())
+        view = loaded.thread.view()
+        view["epoch"] = control.wire_epoch(view["epoch"])  # null: nobody wrote it yet
+        return json_response(HTTPStatus.OK, view)

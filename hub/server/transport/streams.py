@@ -60,7 +60,7 @@ def _sse(frame: Frame) -> bytes:
     event = frame.event
     if event.get("type") == "CUSTOM" and event.get("name") == control.HEARTBEAT:
         value = event["value"]
-        return sse.comment(f"heartbeat {value['epoch']}:{value['seq']}")
+        return sse.comment(f"heartbeat {value['epoch'] or ''}:{value['seq']}")
     position = _position(event)
     if position is None or position.get("sync"):
         return sse.message(frame.data(JSON))
@@ -109,7 +109,9 @@ class EventSink:
 
     async def repaired(self, last: Frame) -> None:
         position = _position(last.event)
-        if position is not None and position.get("sync"):  # a live frame had its own id
+        # A live frame had its own id; a join of a thread nobody wrote yet (epoch null) has
+        # no position to resume from: the client joins again, as it did.
+        if position is not None and position.get("sync") and position["epoch"] is not None:
             await self.write(sse.last_id(_event_id(position)))
 
     async def send(self, message: str | bytes, *, text: bool | None = None) -> None:

@@ -44,7 +44,7 @@ from hub.server.loaded import NO_EPOCH, LoadedThread, new_epoch
 from hub.server.metrics import Metrics
 from hub.server.node import Node, StoreHealth
 from hub.store import Store
-from hub.store.base import Position, seq_of, transient
+from hub.store.base import Position, seq_of
 from hub.wire.codec import Frame, pack
 
 log = logging.getLogger("agui_hub.shared")
@@ -297,10 +297,7 @@ class SharedBroker(Broker):
             await self._reload(loaded)
         except Exception as exc:
             loaded.stale = True
-            if transient(exc):  # an outage: logged once for the node, not per thread
-                self.health.unreachable(exc)
-            else:
-                log.warning("thread %s could not be reloaded yet: %s", loaded.key, exc)
+            self.health.failed(exc, log, "thread %s could not be reloaded yet: %s", loaded.key)
             return False
         return True
 
@@ -313,10 +310,7 @@ class SharedBroker(Broker):
         try:
             await self.store.create_new(loaded.key, pack(first.to_record()))
         except Exception as exc:
-            if transient(exc):  # an outage: logged once for the node, not per thread
-                self.health.unreachable(exc)
-            else:
-                log.warning("thread %s could not be created yet: %s", loaded.key, exc)
+            self.health.failed(exc, log, "thread %s could not be created yet: %s", loaded.key)
             return False
         return await self.try_reload(loaded) and loaded.in_store
 
@@ -408,10 +402,7 @@ class SharedBroker(Broker):
                     return
             events = await self.store.read_log(loaded.key, thread.seq)
         except Exception as exc:
-            if transient(exc):  # an outage: logged once for the node, not per thread
-                self.health.unreachable(exc)
-            else:
-                log.warning("reading thread %s from the store failed: %s", loaded.key, exc)
+            self.health.failed(exc, log, "reading thread %s from the store failed: %s", loaded.key)
             return  # check_head stays set: the next check tries again
         following.check_head = False
         if events is not None and all(

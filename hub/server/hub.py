@@ -30,7 +30,6 @@ from hub.server.node import Change, StoreHealth
 from hub.server.outbox import LiveFrame, Outbox
 from hub.server.persistence import LocalPersistence, Persistence, SharedPersistence
 from hub.store import Store
-from hub.store.base import transient
 from hub.wire import control
 from hub.wire.codec import Encoding, Frame, unpack
 
@@ -184,11 +183,8 @@ class Hub:
             stored = await self.store.load(key)
         except HubError:
             raise
-        except Exception as exc:
-            if transient(exc):  # an outage, not a bug: one line per outage, no stack
-                self.store_health.unreachable(exc)
-            else:
-                log.exception("store failed loading thread %s", key)
+        except Exception as exc:  # an outage is one line for the node; anything else a stack
+            self.store_health.failed(exc, log, "store failed loading thread %s", key)
             raise Unavailable("the store is unavailable; retry") from exc
         self.store_health.reached()  # it answered (logged if it was away)
         if stored is None:

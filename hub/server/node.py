@@ -16,7 +16,7 @@ from typing import Protocol
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError
 from hub.server.loaded import LoadedThread
-from hub.store.base import connection_failure, outage_reason
+from hub.store.base import connection_failure, outage_reason, transient
 
 log = logging.getLogger("agui_hub.store")
 
@@ -84,6 +84,24 @@ class StoreHealth:
             )
         else:
             log.debug("%s: %s", what, reason)
+
+    def failed(
+        self,
+        exc: BaseException,
+        logger: logging.Logger,
+        message: str,
+        *args: object,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
+        """A store request failed with ``exc``. An outage is reported here (one line for the
+        node, see :meth:`unreachable`); anything else is the caller's ``message % args``, with
+        the error: ``%s`` last in ``message`` takes it, else it is logged with its stack."""
+        if transient(exc):
+            self.unreachable(exc)
+        elif message.endswith("%s"):
+            logger.warning(message, *args, exc, extra=extra)
+        else:
+            logger.error(message, *args, exc_info=exc, extra=extra)
 
     def reached(self) -> None:
         """The store answered."""

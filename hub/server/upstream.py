@@ -58,7 +58,6 @@ from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
 from hub.server.logs import about
 from hub.server.node import Change
-from hub.store.base import transient
 from hub.wire import control
 from hub.wire.codec import decode
 from hub.wire.events import parse_event
@@ -242,15 +241,9 @@ class Upstream:
             try:
                 await self.hub.store.lease_run(key, run_id, LEASE_TTL)
             except Exception as exc:  # the store is away: renewed when it is back
-                self._store_failed(exc, "renewing the lease of run %s failed: %s", run_id)
-
-    def _store_failed(self, exc: Exception, message: str, *args: Any) -> None:
-        """A periodic store request failed: an outage is the node's to log (once, not a line
-        a second here); anything else is logged as it is."""
-        if transient(exc):
-            self.hub.store_health.unreachable(exc)
-        else:
-            log.warning(message, *args, exc)
+                self.hub.store_health.failed(
+                    exc, log, "renewing the lease of run %s failed: %s", run_id
+                )
 
     async def _watch_leases(self) -> None:
         while True:
@@ -261,11 +254,11 @@ class Upstream:
                     try:
                         await self._stop_if_ended(loaded, mine, task)
                     except Exception as exc:
-                        self._store_failed(exc, "checking run %s failed: %s", mine)
+                        self.hub.store_health.failed(exc, log, "checking run %s failed: %s", mine)
             try:
                 lapsed = await self.hub.store.lapsed_runs()
             except Exception as exc:  # the store is away: look again later
-                self._store_failed(exc, "listing the lapsed run leases failed: %s")
+                self.hub.store_health.failed(exc, log, "listing the lapsed run leases failed: %s")
                 continue
             for key, run_id in lapsed:
                 loaded = self.hub.loaded.get(key)
@@ -274,7 +267,9 @@ class Upstream:
                 try:
                     await self._end_if_lapsed(loaded, run_id)
                 except Exception as exc:  # the store is away: look again later
-                    self._store_failed(exc, "checking the lease of run %s failed: %s", run_id)
+                    self.hub.store_health.failed(
+                        exc, log, "checking the lease of run %s failed: %s", run_id
+                    )
 
     async def _stop_if_ended(
         self, loaded: LoadedThread, run_id: str, task: asyncio.Task[None]

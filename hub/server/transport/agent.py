@@ -26,7 +26,7 @@ from hub.server.logs import about
 from hub.server.node import Change
 from hub.server.outbox import supports_direct_writes, write_prebuilt
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, WebSocket, done
-from hub.store.base import seq_of, transient
+from hub.store.base import seq_of
 from hub.wire import control
 from hub.wire.codec import Encoding, Frame, decode, encode
 from hub.wire.events import parse_event
@@ -62,15 +62,14 @@ class AgentEndpoint(ThreadEndpoint):
         loaded.producers += 1
         try:
             stored = await hub.store.load_session(loaded.key)
-        except Exception as exc:
-            if transient(exc):  # an outage, not a bug: the node logs it once
-                hub.store_health.unreachable(exc)
-            else:
-                log.exception(
-                    "loading the session of thread %s failed",
-                    loaded.key,
-                    extra=about(loaded.key),
-                )
+        except Exception as exc:  # an outage is one line for the node; anything else a stack
+            hub.store_health.failed(
+                exc,
+                log,
+                "loading the session of thread %s failed",
+                loaded.key,
+                extra=about(loaded.key),
+            )
             stored = None
         thread = loaded.thread  # read after the await: what the store holds now
         welcome = control.welcome(

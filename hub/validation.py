@@ -436,6 +436,8 @@ def _walk(
         item, depth, path = pop()
         below = depth + 1
         children: list[tuple[Any, int, PointerPath]] = []
+        # The dict and list branches repeat the scalar sizes on purpose: this runs for every
+        # value of every incoming event, and a helper call per scalar would cost more than it.
         if isinstance(item, dict):
             total += 2 + len(item) - 1 if item else 2  # {}, and commas
             for key, child in item.items():

@@ -176,12 +176,13 @@ class RunSink(EventSink):
         if kind in ("RUN_FINISHED", "RUN_ERROR"):
             self.ended = True
         form = sse_form(frame)
+        if self._snapshot is None:
+            return form
         position = _position(event)
-        if self._snapshot is not None and position is not None:
-            seq, snapshot = self._snapshot
-            if position["seq"] >= seq:  # the last of the hub's frames opening the run
-                self._snapshot = None
-                return form + snapshot
+        seq, snapshot = self._snapshot
+        if position is not None and position["seq"] >= seq:  # the last opening frame
+            self._snapshot = None
+            return form + snapshot
         return form
 
     async def repaired(self, last: Frame) -> None:

@@ -91,6 +91,10 @@ class Fault:
     started: float  # monotonic
     repaired: float  # monotonic: what "back in sync" is measured from
     recovery: float | None = None  # seconds; None: some consumer never got there
+    #: Where the recovery went: seconds from the repair until the agent heard the judged
+    #: event acknowledged as stored, and until the first consumer held it.
+    stored: float | None = None
+    first_held: float | None = None
     note: str = ""
     #: The fault is a stretch of time that consumers should not notice (bus loss): every
     #: event made during it counts too, from when it was made.
@@ -396,6 +400,13 @@ class _Run:
             worst = [r["worst"][j] for r in reports for j in mine]
             if mine and all(w is not None for w in worst):
                 fault.recovery = max(w for w in worst if w is not None)
+            # The repair's own checkpoint is the first of the fault's.
+            first_ids = [i for kk, since, i in checks if kk == k and since == fault.repaired]
+            if mine and first_ids:
+                held = [r["first"][mine[0]] for r in reports if r["first"][mine[0]] is not None]
+                fault.first_held = min(held, default=None)
+                acked = agent.acked_at.get(first_ids[0])
+                fault.stored = None if acked is None else max(0.0, acked - fault.repaired)
         result.consumers = sum(r["consumers"] for r in reports)
         result.diverged = sum(r["diverged"] for r in reports)
         result.stuck = sum(r["stuck"] for r in reports)
@@ -521,7 +532,10 @@ def report(result: Result) -> None:
         took = "NEVER" if fault.recovery is None else f"{fault.recovery:.2f} s"
         note = f" ({fault.note})" if fault.note else ""
         at = fault.started - start
-        print(f"  {k:2}. at {at:5.1f} s: {fault.name}{note}: back in sync in {took}")
+        where = ""
+        if fault.recovery is not None and fault.stored is not None and fault.first_held is not None:
+            where = f" (stored after {fault.stored:.2f} s, first consumer {fault.first_held:.2f} s)"
+        print(f"  {k:2}. at {at:5.1f} s: {fault.name}{note}: back in sync in {took}{where}")
     within = sum(1 for f in result.faults if f.recovery is not None and f.recovery <= TARGET)
     print(
         f"faults survived: {result.survived} of {len(result.faults)} "

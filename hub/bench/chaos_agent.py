@@ -61,6 +61,8 @@ class LosslessAgent:
         #: Frame ids made and not settled as stored, lowest first (dict: ordered set).
         self.unacked: dict[int, None] = {}
         self.acked: set[int] = set()
+        #: When the ack that settled each stored frame id arrived (monotonic).
+        self.acked_at: dict[int, float] = {}
         #: This connection: the frame id of each index (1-based: ``sent[index - 1]``).
         self.sent: list[int] = []
         self.settled = 0  # frames of this connection an ack covered
@@ -179,6 +181,7 @@ class LosslessAgent:
     def _acked(self, count: int, seq: int) -> None:
         figures = self.figures
         figures.acked_seq = max(figures.acked_seq, seq)
+        now = time.monotonic()
         for index in range(self.settled + 1, min(count, len(self.sent)) + 1):
             i = self.sent[index - 1]
             code = self.errored.pop(index, None)
@@ -186,6 +189,7 @@ class LosslessAgent:
                 if i in self.unacked:
                     del self.unacked[i]
                     self.acked.add(i)
+                    self.acked_at[i] = now
                     figures.acked += 1
             elif code == "unavailable":
                 figures.unavailable += 1

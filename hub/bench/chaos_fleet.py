@@ -361,14 +361,14 @@ class Fleet:
                 if len(examples) < 3:
                     examples.append(f"consumer {c.index}: diverged at seq {c.seq}")
         worst: list[float | None] = []
+        first: list[float | None] = []
         for t_r, s_r in checkpoints:
             times = [
                 c.times[s_r] if len(c.times) > s_r else None for c in self.consumers if c.born < t_r
             ]
-            if any(t is None for t in times):
-                worst.append(None)
-            else:
-                worst.append(max((max(0.0, t - t_r) for t in times if t is not None), default=0.0))
+            held = [max(0.0, t - t_r) for t in times if t is not None]
+            worst.append(None if len(held) < len(times) else max(held, default=0.0))
+            first.append(min(held, default=None))
         resyncs: Counter[str] = Counter()
         for c in self.consumers:
             resyncs.update(c.resyncs)
@@ -378,6 +378,7 @@ class Fleet:
             "stuck": stuck,
             "examples": examples,
             "worst": worst,
+            "first": first,
             "snapshots": sum(c.snapshots for c in self.consumers),
             "joins": sum(c.joins for c in self.consumers),
             "resumed": sum(c.resumed for c in self.consumers),

@@ -40,6 +40,7 @@ from redis.backoff import EqualJitterBackoff
 from redis.exceptions import NoScriptError, RedisError
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
+from hub.store import resp
 from hub.store.base import Event, Position, Store, StoredThread, outage_reason, seq_of
 from hub.store.redis_bus import ORIGIN_BYTES, RedisBus
 from hub.wire.codec import pack, unpack
@@ -308,6 +309,9 @@ class _Appends:
         return replies
 
     async def _evalsha(self, sha: str, commands: list[list[Any]]) -> list[Any]:
+        fast = self.store._resp
+        if fast is not None:  # a single Redis over TCP: one write, replies parsed in C
+            return await fast.execute([["EVALSHA", sha, *command] for command in commands])
         async with self.store.client.pipeline(transaction=False) as pipe:
             for command in commands:  # (a cluster pipeline refuses pipe.evalsha by name)
                 pipe.execute_command("EVALSHA", sha, *command)
@@ -336,6 +340,8 @@ class RedisStore(Store):
         self.origin = secrets.token_bytes(ORIGIN_BYTES)
         self._bus: RedisBus | None = None
         self._appends = _Appends(self)
+        #: The appends' own connection (see hub.store.resp), where it speaks the transport.
+        self._resp = resp.connection_for(client)
 
     @classmethod
     async def open(cls, url: str, *, retention: int = 10_000, pool: int = POOL_SIZE) -> RedisStore:
@@ -539,4 +545,6 @@ class RedisStore(Store):
     async def close(self) -> None:
         if self._bus is not None:
             await self._bus.close()
+        if self._resp is not None:
+            await self._resp.close()
         await self.client.aclose()

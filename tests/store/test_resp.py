@@ -1,0 +1,153 @@
+"""The appends' own RESP connection (hub.store.resp), against real redis-server processes.
+
+The store's conformance suite already runs every append through it; these tests pin what that
+suite cannot reach: replies equal to redis-py's, error replies as redis-py's classes without
+spoiling the rest of the round trip, AUTH and SELECT, and a lost or stalled connection
+failing what was in flight as a transient error and connecting again after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+from redis.asyncio import Redis
+from redis.exceptions import AuthenticationError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis_support import RedisServer
+
+from hub.store.base import transient
+from hub.store.resp import RespConnection, connection_for, pack_commands
+
+SCRIPT = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+return {redis.call('LLEN', KEYS[1]), ARGV[1], false, {1, 'two'}}
+"""
+
+
+def test_pack_commands_is_resp() -> None:
+    assert pack_commands([["SET", "k", b"v\r\n"], ["INCRBY", "n", 12]]) == (
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n*3\r\n$6\r\nINCRBY\r\n$1\r\nn\r\n$2\r\n12\r\n"
+    )
+    with pytest.raises(TypeError):
+        pack_commands([["SET", "k", 1.5]])
+
+
+def test_connection_for_speaks_only_plain_tcp() -> None:
+    assert connection_for(Redis.from_url("redis://127.0.0.1:6399/2")) is not None
+    assert connection_for(Redis.from_url("rediss://127.0.0.1:6399/0")) is None
+    assert connection_for(Redis.from_url("unix:///tmp/redis.sock")) is None
+    assert connection_for(object()) is None
+
+
+async def test_replies_equal_redis_pys(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    fast = connection_for(client)
+    assert fast is not None
+    try:
+        sha = await client.script_load(SCRIPT)
+        commands = [["EVALSHA", sha, 1, "resp:list", f"item-{i}".encode()] for i in range(5)]
+        replies = await fast.execute(commands)
+        assert replies == [[i + 1, f"item-{i}".encode(), None, [1, b"two"]] for i in range(5)]
+        # The same script through redis-py's pipeline gives the same shape.
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVALSHA", sha, 1, "resp:list", b"item-5")
+            (theirs,) = await pipe.execute()
+        (ours,) = await fast.execute([["EVALSHA", sha, 1, "resp:list", b"item-6"]])
+        assert theirs == [6, b"item-5", None, [1, b"two"]]
+        assert ours == [7, b"item-6", None, [1, b"two"]]
+        assert await client.lrange("resp:list", 0, -1) == [f"item-{i}".encode() for i in range(7)]
+    finally:
+        await fast.close()
+        await client.aclose()
+
+
+async def test_error_replies_are_redis_py_classes_and_spoil_nothing(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    fast = connection_for(client)
+    assert fast is not None
+    try:
+        await client.set("resp:string", b"x")
+        sha = await client.script_load(SCRIPT)
+        replies = await fast.execute(
+            [
+                ["EVALSHA", "0" * 40, 0],  # no such script
+                ["EVALSHA", sha, 1, "resp:string", b"y"],  # RPUSH on a string: WRONGTYPE
+                ["EVALSHA", sha, 1, "resp:ok", b"z"],
+            ]
+        )
+        assert isinstance(replies[0], NoScriptError)
+        assert isinstance(replies[1], ResponseError) and "WRONGTYPE" in str(replies[1])
+        assert not transient(replies[1])  # permanent: the same write fails again
+        assert replies[2] == [1, b"z", None, [1, b"two"]]
+        assert await client.lrange("resp:ok", 0, -1) == [b"z"]
+    finally:
+        await fast.close()
+        await client.aclose()
+
+
+async def test_auth_and_select() -> None:
+    server = RedisServer().start()
+    try:
+        with redis.Redis(port=server.port) as admin:  # (the support's PING wants no password)
+            admin.config_set("requirepass", "s3cret")
+        client = Redis.from_url(f"redis://:s3cret@127.0.0.1:{server.port}/3")
+        fast = connection_for(client)
+        assert fast is not None
+        assert await fast.execute([["SET", "resp:db", b"three"]]) == [b"OK"]
+        with redis.Redis(port=server.port, password="s3cret", db=3) as check:
+            assert check.get("resp:db") == b"three"
+        with redis.Redis(port=server.port, password="s3cret", db=0) as check:
+            assert check.get("resp:db") is None
+        await fast.close()
+        await client.aclose()
+        wrong = connection_for(Redis.from_url(f"redis://:nope@127.0.0.1:{server.port}/0"))
+        assert wrong is not None
+        with pytest.raises(AuthenticationError) as refused:
+            await wrong.execute([["PING"]])
+        assert transient(refused.value)  # a ConnectionError: the node waits, never drops it
+    finally:
+        server.cleanup()
+
+
+async def test_a_lost_redis_fails_what_was_in_flight_then_connects_again() -> None:
+    server = RedisServer().start()
+    try:
+        fast = RespConnection(host="127.0.0.1", port=server.port, timeout=5.0)
+        assert await fast.execute([["PING"]]) == [b"PONG"]
+        # A script that holds Redis for a moment, so the round trip is in flight at the kill.
+        busy = "local t = redis.call('TIME'); while true do local n = redis.call('TIME'); " \
+            "if (n[1] - t[1]) * 1000000 + (n[2] - t[2]) > 300000 then return 1 end end"  # fmt: skip
+        flight = asyncio.create_task(fast.execute([["EVAL", busy, 0]]))
+        await asyncio.sleep(0.1)
+        assert not flight.done()
+        server.stop()
+        with pytest.raises(RedisConnectionError) as lost:
+            await flight
+        assert transient(lost.value)
+        with pytest.raises(RedisConnectionError):
+            await fast.execute([["PING"]])  # Redis is down: refused, at once
+        server.start()
+        assert await fast.execute([["PING"]]) == [b"PONG"]
+        await fast.close()
+    finally:
+        server.cleanup()
+
+
+async def test_a_stalled_round_trip_times_out_and_the_next_is_in_step(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    fast = connection_for(client)
+    assert fast is not None
+    fast.timeout = 0.3
+    try:
+        with pytest.raises(RedisTimeoutError) as stalled:
+            await fast.execute([["BLPOP", "resp:never", 2]])  # Redis answers in 2 s
+        assert transient(stalled.value)
+        # The late BLPOP reply must not be taken for the next command's: a new connection.
+        await client.rpush("resp:soon", b"a")
+        assert await fast.execute([["LPOP", "resp:soon"], ["PING"]]) == [b"a", b"PONG"]
+    finally:
+        await fast.close()
+        await client.aclose()

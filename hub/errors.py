@@ -258,6 +258,16 @@ class BadSession(PeerError):
 ERROR_CODES["bad_session"] = "a hub.session request or session dict that does not fit its shape"
 
 
+class BadStatePath(PeerError):
+    """A subscription path (``?path=``, hub/core/subtree.py) that is not an RFC 6901 JSON
+    Pointer, or is longer or deeper than the hub takes."""
+
+    code = "bad_path"
+
+
+ERROR_CODES["bad_path"] = "a state path to subscribe to that is not a JSON Pointer, or too long"
+
+
 # --- Upstream agents (hub/server/upstream.py) ---------------------------------------------------
 
 
@@ -312,5 +322,31 @@ ERROR_CODES.update(
     {
         "method_not_allowed": "HTTP: the path does not take that method (405)",
         "unsupported_media_type": "HTTP: the body must be application/json (415)",
+    }
+)
+
+
+# --- Threads API (hub/store/threads.py and GET/PATCH /v1/threads) --------------------------------
+
+
+class ThreadNotFound(PeerError):
+    """A change to a thread nobody wrote (the store holds no such thread for the tenant)."""
+
+    code = "thread_not_found"
+
+
+class InvalidThreadUpdate(PeerError):
+    """A change to a thread's info that is not valid: not an object, an unknown field, a
+    value of the wrong type."""
+
+    code = "invalid_thread_update"
+
+
+ERROR_CODES.update(
+    {
+        "thread_not_found": "HTTP: the tenant has no thread of that id: nobody wrote it (404)",
+        "invalid_thread_update": "PATCH of a thread: an unknown field or a value of a wrong type",
+        "name_too_long": "a thread's name over its limit (256 characters)",
+        "metadata_too_large": "a thread's metadata over its limit (4096 bytes of JSON)",
     }
 )

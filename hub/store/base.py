@@ -16,6 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from hub.errors import Unavailable
+from hub.store.threads import (
+    DEFAULT_LIMIT,
+    ThreadInfo,
+    ThreadPage,
+    check_changes,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+)
+from hub.store.threads import (
+    Position as ListPosition,
+)
 from hub.wire.codec import unpack
 
 Event = dict[str, Any]
@@ -117,6 +129,58 @@ class Store(ABC):
     def bus(self) -> Bus | None:
         """Where other nodes' appends arrive, for shared stores; None otherwise."""
         return None
+
+    # -- thread info (see hub.store.threads) ---------------------------------------------------
+    # Kept by every write above (create, append) and by update_thread; never by a read.
+
+    @abstractmethod
+    async def thread_info(self, thread_id: str) -> ThreadInfo | None:
+        """The thread's info, or None if no write made any (the thread was never written, or
+        not since the store keeps info)."""
+
+    async def list_threads(
+        self,
+        tenant: str,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+        *,
+        agent: str | None = None,
+        archived: bool | None = None,
+    ) -> ThreadPage:
+        """One page of the tenant's threads, most recently changed first, from ``cursor`` (a
+        page's cursor; None: the first page); only those of ``agent`` and of that ``archived``
+        when given. A page holds at most ``limit`` threads (1 to
+        :data:`~hub.store.threads.MAX_LIMIT`); a filtered one may hold fewer and still go on
+        (it looks at :data:`~hub.store.threads.SCAN_MAX` threads at most). What a walk through
+        the pages guarantees while writes go on: see :mod:`hub.store.threads`. Raises
+        :class:`~hub.store.threads.BadCursor` for a cursor no list gave or a bad ``limit``."""
+        check_limit(limit)
+        after = decode_cursor(cursor)
+        threads, more = await self._list_threads(tenant, limit, after, agent, archived)
+        return ThreadPage(threads, None if more is None else encode_cursor(more))
+
+    @abstractmethod
+    async def _list_threads(
+        self,
+        tenant: str,
+        limit: int,
+        after: ListPosition | None,
+        agent: str | None,
+        archived: bool | None,
+    ) -> tuple[list[ThreadInfo], ListPosition | None]:
+        """:meth:`list_threads` past its checks: the threads after ``after``, and the position
+        of the last thread looked at if any thread comes after it (else None)."""
+
+    async def update_thread(self, thread_id: str, **changes: Any) -> ThreadInfo | None:
+        """Set any of ``name``, ``archived``, ``metadata`` (and ``agent``, the hub's) on a
+        written thread, atomically, and move its ``updated`` forward: its info after, or None
+        (and nothing stored) if no write made the thread. Raises what
+        :func:`~hub.store.threads.check_changes` raises for a change it refuses."""
+        return await self._update_thread(thread_id, check_changes(changes))
+
+    @abstractmethod
+    async def _update_thread(self, thread_id: str, changes: dict[str, Any]) -> ThreadInfo | None:
+        """:meth:`update_thread` past its checks."""
 
     # -- run leases ----------------------------------------------------------------------------
     # A run the hub itself calls an agent for (hub.server.upstream) lives in one node's task:

@@ -16,6 +16,22 @@ cluster slot and one Lua script may touch them together:
   it lives on the node that owns the thread's slot, so pub/sub traffic scales with the shards
   instead of being broadcast to every node of the cluster.
 
+Per tenant, under the hash tag ``{TENANT/}`` (no thread's tag: a thread id is never empty),
+the info of its threads (see :mod:`hub.store.threads`), for listing them in one round trip:
+
+- ``agui:{TENANT/}:threads``: a sorted set of the tenant's thread ids (without ``TENANT/``),
+  scored by ``updated`` (Unix ms, Redis's own clock: ``TIME``), so ``ZREVRANGE`` is the list.
+- ``agui:{TENANT/}:thread-info``: a hash, thread id -> JSON of ``created``, ``name``,
+  ``archived``, ``metadata`` (as its JSON text) and ``agent``.
+- ``agui:{TENANT/}:thread-seq``: a hash, thread id -> its last stored seq.
+- ``agui:{TENANT/}:thread-run``: a hash, thread id -> ``STARTED:RUN_ID`` of its open run.
+
+On a single Redis the append and create scripts keep them in the same call (one script, one
+round trip, atomic with the append). On a Redis Cluster they sit in another slot than the
+thread's keys, which no script may touch together: each pipeline of appends is followed by one
+pipeline of the index updates of every thread it appended to (one more round trip per batch
+of threads, none per event), and an append is answered once both are done.
+
 Reads and creates are Lua scripts too, so a thread's record and log are read as of one moment,
 on a single Redis and on a cluster alike (a script's keys all hash to one slot).
 
@@ -27,6 +43,7 @@ A retried append is recognised (same seqs, same bytes) and is a no-op, not a con
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import struct
@@ -37,17 +54,31 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import EqualJitterBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
 from hub.store import resp
 from hub.store.base import Event, Position, Store, StoredThread, outage_reason, seq_of
 from hub.store.redis_bus import ORIGIN_BYTES, RedisBus
+from hub.store.redis_threads import (
+    INDEX,
+    LIST,
+    PREFIX,
+    THREAD_INFO,
+    TOUCH,
+    UPDATE,
+    index_keys,
+    row_info,
+    run_arg,
+    text_of,
+)
+from hub.store.threads import SCAN_MAX, ThreadInfo, metadata_text, run_change, split_key
+from hub.store.threads import Position as ListPosition
 from hub.wire.codec import pack, unpack
 
 log = logging.getLogger("agui_hub.redis")
 
-PREFIX = "agui:"
 #: How long ``ping`` waits for Redis before calling the store down.
 PING_TIMEOUT = 1.0
 #: Connections a node opens to one Redis, at most (``--redis-pool``). A burst past it waits for
@@ -78,23 +109,24 @@ if #newest > 0 then
 end
 """
 
-# KEYS: record, log, channel. ARGV: retention, origin, then (seq, packed event) per event, seqs
-# as decimal strings. Returns {1, last seq, how many were new} when appended, {0, expected seq,
-# i} when the i-th event does not continue the log (a gap, or a seq already stored with other
-# bytes), {-1, 0, 0} for an unknown thread. Events already stored byte for byte (a retried
-# append whose reply was lost) are accepted and neither stored nor published again. What is
-# published is the header (HEADER_BYTES: the origin, naming the node that appended, and when it
-# sent the append) and then one msgpack array of the new events, so a node skips its own
-# appends without decoding them.
+# KEYS: record, log, channel (and on a single Redis the tenant's index keys). ARGV: retention,
+# origin, then (seq, packed event) per event, seqs as decimal strings (and on a single Redis
+# the thread's id in its tenant and its run change, see TOUCH). Returns {1, last seq, how many
+# were new} when appended, {0, expected seq, i} when the i-th event does not continue the log
+# (a gap, or a seq already stored with other bytes), {-1, 0, 0} for an unknown thread. Events
+# already stored byte for byte (a retried append whose reply was lost) are accepted and neither
+# stored nor published again. What is published is the header (HEADER_BYTES: the origin, naming
+# the node that appended, and when it sent the append) and then one msgpack array of the new
+# events, so a node skips its own appends without decoding them.
 # Everything is checked before anything is written: a Lua script is not rolled back on error.
-APPEND = (
+APPEND_BODY = (
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1, 0, 0}
 end
 """
     + LAST_SEQ
-    + """local n = (#ARGV - 2) / 2
+    + """local n = (#ARGV - 2 - EXTRA) / 2
 local first = tonumber(ARGV[3])
 if first < 1 or first > last + 1 then
   return {0, last + 1, 1}
@@ -138,24 +170,40 @@ else
                        math.floor(m / 256) % 256, m % 256)
 end
 redis.call('PUBLISH', KEYS[3], ARGV[2] .. header .. table.concat(packed))
+TOUCHED
 return {1, first + n - 1, m}
 """
 )
-#: The same script for Redis Cluster: the channel is a shard channel of the thread's slot.
-APPEND_SHARDED = APPEND.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
+#: A single Redis: the append keeps the tenant's index in the same script.
+APPEND = TOUCH + APPEND_BODY.replace("EXTRA", "2").replace(
+    "TOUCHED",
+    "touch(3, ARGV[#ARGV - 1], string.format('%d', first + n - 1), ARGV[#ARGV])",
+)
+#: The same script for Redis Cluster: the channel is a shard channel of the thread's slot, and
+#: the index (another slot) is updated after it (INDEX).
+APPEND_SHARDED = (
+    APPEND_BODY.replace("EXTRA", "0")
+    .replace("TOUCHED\n", "")
+    .replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")
+)
 
 
-# KEYS: record, log, meta. ARGV: record, epoch, only-if-new ('1' or '0'). Starts the thread
-# anew (an empty log, the record at seq 0); with only-if-new, only if it does not exist.
-CREATE = """
+# KEYS: record, log, meta (and on a single Redis the tenant's index keys). ARGV: record, epoch,
+# only-if-new ('1' or '0') (and on a single Redis the thread's id in its tenant). Starts the
+# thread anew (an empty log, the record at seq 0, no run open); with only-if-new, only if it
+# does not exist.
+CREATE_BODY = """
 if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('DEL', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[3], 'seq', 0, 'epoch', ARGV[2])
+TOUCHED
 return 1
 """
+CREATE = TOUCH + CREATE_BODY.replace("TOUCHED", "touch(3, ARGV[4], '0', 'c')")
+CREATE_SHARDED = CREATE_BODY.replace("TOUCHED\n", "")
 
 # KEYS: record, meta. ARGV: record, seq, epoch. Replaces the record only if it is newer than the
 # stored one, of the same epoch: 1 replaced, 0 stale (left as it is), -1 no such thread.
@@ -255,6 +303,11 @@ def _epoch_of(record: bytes) -> str:
     return str(epoch)
 
 
+#: One queued append: its EVALSHA arguments, who waits for it, and (Redis Cluster) its index
+#: update: ``[index keys, thread id in its tenant, run change]``.
+_Queued = tuple[list[Any], "asyncio.Future[Any]", list[Any] | None]
+
+
 class _Appends:
     """Every thread's appends of one loop turn, in one round trip.
 
@@ -264,16 +317,24 @@ class _Appends:
     transaction: each script is atomic on its own, and each thread's answer is its own), and
     hands every writer its answer; what was queued meanwhile goes in the next pipeline. So a
     turn's appends cost one round trip, however many threads they touch.
+
+    On a Redis Cluster, each append also names the tenant index update to make once it is
+    stored (``touch``: the index keys and the thread's id and run change; see INDEX): the
+    updates of every append of a pipeline go in one more pipeline, and each append is answered
+    once its update is done too (a failed update fails the append, whose retry is a replay and
+    updates the index again).
     """
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store
-        self._queued: list[tuple[list[Any], asyncio.Future[Any]]] = []
+        self._queued: list[_Queued] = []
         self._sender: asyncio.Task[None] | None = None
 
-    def send(self, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
+    def send(
+        self, keys: list[str], args: list[Any], touch: list[Any] | None = None
+    ) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queued.append(([len(keys), *keys, *args], future))
+        self._queued.append(([len(keys), *keys, *args], future, touch))
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._run(), name="redis-appends")
         return future
@@ -282,27 +343,52 @@ class _Appends:
         while self._queued:
             batch, self._queued = self._queued[:PIPELINE_MAX], self._queued[PIPELINE_MAX:]
             try:
-                replies = await self._pipeline([command for command, _ in batch])
+                replies = await self._pipeline(
+                    self.store._append, [command for command, _, _ in batch]
+                )
             except Exception as exc:  # the round trip failed: every append in it is in doubt
-                for _, future in batch:
+                for _, future, _ in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, future), reply in zip(batch, replies, strict=True):
+            answered = []
+            for (_, future, touch), reply in zip(batch, replies, strict=True):
                 if future.done():
                     continue
                 if isinstance(reply, Exception):
                     future.set_exception(reply)
+                elif touch is not None and reply[0] == 1:
+                    answered.append((future, touch, reply))
                 else:
                     future.set_result(reply)
+            if answered:
+                await self._touch(answered)
 
-    async def _pipeline(self, commands: list[list[Any]]) -> list[Any]:
+    async def _touch(self, answered: list[tuple[asyncio.Future[Any], list[Any], Any]]) -> None:
+        """Redis Cluster: the index updates of the appends stored, in one pipeline; then
+        their answers."""
+        commands = []
+        for _, (keys, thread_id, run), reply in answered:
+            commands.append([len(keys), *keys, thread_id, str(int(reply[1])), run])
+        try:
+            replies = await self._pipeline(self.store._index, commands)
+        except Exception as exc:
+            replies = [exc] * len(answered)
+        for (future, _, reply), touched in zip(answered, replies, strict=True):
+            if future.done():
+                continue
+            if isinstance(touched, Exception):
+                future.set_exception(touched)
+            else:
+                future.set_result(reply)
+
+    async def _pipeline(self, script: AsyncScript, commands: list[list[Any]]) -> list[Any]:
         store = self.store
-        sha = store._append.sha
+        sha = script.sha
         replies = await self._evalsha(sha, commands)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:  # Redis restarted (or flushed its scripts): load it, send those again
-            await store.client.script_load(store._append.script)
+            await store.client.script_load(script.script)
             again = await self._evalsha(sha, [commands[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
@@ -330,7 +416,11 @@ class RedisStore(Store):
         #: Redis Cluster: shard channels (SPUBLISH/SSUBSCRIBE) instead of global pub/sub.
         self.sharded = sharded
         self._append = client.register_script(APPEND_SHARDED if sharded else APPEND)
-        self._create = client.register_script(CREATE)
+        self._create = client.register_script(CREATE_SHARDED if sharded else CREATE)
+        self._index = client.register_script(INDEX)
+        self._thread_info = client.register_script(THREAD_INFO)
+        self._update = client.register_script(UPDATE)
+        self._list = client.register_script(LIST)
         self._save = client.register_script(SAVE_RECORD)
         self._read = client.register_script(READ)
         self._head = client.register_script(HEAD)
@@ -476,7 +566,14 @@ class RedisStore(Store):
         record_key, log_key, _ = thread_keys(thread_id)
         keys = [record_key, log_key, meta_key(thread_id)]
         args: list[bytes | str] = [record, _epoch_of(record), "1" if only_if_new else "0"]
-        return bool(await self._create(keys=keys, args=args))
+        tenant, local_id = split_key(thread_id)
+        index = index_keys(tenant)
+        if not self.sharded:
+            return bool(await self._create(keys=[*keys, *index], args=[*args, local_id]))
+        created = bool(await self._create(keys=keys, args=args))
+        if created:  # another slot: after it (a lost update is made by the next append)
+            await self._index(keys=index, args=[local_id, "0", "c"])
+        return created
 
     async def append(self, thread_id: str, events: list[Event]) -> None:
         """Add events that continue the log, or raise :class:`StoreConflict` and change
@@ -491,7 +588,13 @@ class RedisStore(Store):
         args: list[Any] = [self.retention, self.origin + struct.pack(">d", time.time())]
         for event in events:
             args += [seq_of(event), pack(event)]
-        status, expected, index = await self._appends.send(list(keys), args)
+        tenant, local_id = split_key(thread_id)
+        run = run_arg(run_change(events))
+        if self.sharded:  # the index is another slot's: updated after the append
+            reply = self._appends.send(list(keys), args, [index_keys(tenant), local_id, run])
+        else:
+            reply = self._appends.send([*keys, *index_keys(tenant)], [*args, local_id, run])
+        status, expected, index = await reply
         if status == -1:
             raise UnknownThread(thread_id)
         if status == 0:
@@ -528,6 +631,39 @@ class RedisStore(Store):
         match = f"{PREFIX}{{*}}:record"
         keys = [key async for key in self.client.scan_iter(match=match, count=1000)]
         return sorted({key.decode()[head:-tail] for key in keys})
+
+    async def thread_info(self, thread_id: str) -> ThreadInfo | None:
+        tenant, local_id = split_key(thread_id)
+        row = await self._thread_info(keys=index_keys(tenant), args=[local_id])
+        return None if row is None else row_info(row)
+
+    async def _list_threads(
+        self,
+        tenant: str,
+        limit: int,
+        after: ListPosition | None,
+        agent: str | None,
+        archived: bool | None,
+    ) -> tuple[list[ThreadInfo], ListPosition | None]:
+        """One script, so one round trip, on a cluster too (the index is one slot)."""
+        updated, last = ("", "") if after is None else (str(after[0]), after[1])
+        flag = "" if archived is None else ("1" if archived else "0")
+        args: list[str | int] = [limit, updated, last, flag, agent or "", SCAN_MAX]
+        rows, more, last_id, last_score = await self._list(keys=index_keys(tenant), args=args)
+        threads = [row_info(row) for row in rows]
+        if not more:
+            return threads, None
+        return threads, (int(float(text_of(last_score))), text_of(last_id))
+
+    async def _update_thread(self, thread_id: str, changes: dict[str, Any]) -> ThreadInfo | None:
+        tenant, local_id = split_key(thread_id)
+        args: list[str] = [local_id]
+        for field, value in changes.items():
+            if field == "metadata" and value is not None:
+                value = metadata_text(value)  # kept as its text: cjson would not keep it as is
+            args += [field, json.dumps(value)]
+        row = await self._update(keys=index_keys(tenant), args=args)
+        return None if row is None else row_info(row)
 
     async def ping(self) -> bool:
         return await self.unreachable() is None

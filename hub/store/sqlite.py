@@ -7,12 +7,24 @@ durable against a process crash, and against power loss up to the last checkpoin
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any, TypeVar
 
 from hub.errors import UnknownThread
 from hub.store.base import Event, Position, Store, StoredThread, seq_of
 from hub.store.sqlite_file import SqliteFile
+from hub.store.threads import (
+    SCAN_MAX,
+    OpenRun,
+    ThreadInfo,
+    matches,
+    metadata_text,
+    now_ms,
+    run_change,
+    split_key,
+)
+from hub.store.threads import Position as ListPosition
 from hub.wire.codec import pack, unpack
 
 T = TypeVar("T")
@@ -32,6 +44,35 @@ CREATE TABLE IF NOT EXISTS events (
     body BLOB NOT NULL,
     PRIMARY KEY (thread_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS thread_info (
+    thread_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    local_id TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    name TEXT,
+    archived INTEGER NOT NULL DEFAULT 0,
+    metadata TEXT,
+    agent TEXT,
+    run_id TEXT,
+    run_started INTEGER
+);
+CREATE INDEX IF NOT EXISTS thread_info_by_change
+    ON thread_info (tenant, updated DESC, local_id DESC);
+"""
+
+#: The columns of thread_info a ThreadInfo is made of, in the order _info_of takes them.
+INFO_COLUMNS = (
+    "local_id, created, updated, seq, name, archived, metadata, agent, run_id, run_started"
+)
+
+# A write to a thread (?: thread_id, tenant, local_id, now): its info moved forward, made if it
+# had none, only if the store holds the thread.
+TOUCH = """
+INSERT INTO thread_info (thread_id, tenant, local_id, created, updated, seq)
+SELECT thread_id, ?2, ?3, ?4, ?4, 0 FROM threads WHERE thread_id = ?1
+ON CONFLICT (thread_id) DO UPDATE SET updated = max(updated, excluded.updated)
 """
 
 
@@ -80,12 +121,27 @@ class SqliteStore(Store):
                 "INSERT OR REPLACE INTO threads (thread_id, record) VALUES (?, ?)",
                 (thread_id, record),
             )
+            self._touch(thread_id)
+            self.db.execute(
+                "UPDATE thread_info SET seq = 0, run_id = NULL, run_started = NULL"
+                " WHERE thread_id = ?",
+                (thread_id,),
+            )
+
+    def _touch(self, thread_id: str) -> None:
+        """In a transaction: a write to the thread (see TOUCH)."""
+        self.db.execute(TOUCH, (thread_id, *split_key(thread_id), now_ms()))
 
     async def append(self, thread_id: str, events: list[Event]) -> None:
         rows = [(thread_id, seq_of(e), pack(e)) for e in events]
-        await self._run(self._append, thread_id, rows)
+        await self._run(self._append, thread_id, rows, run_change(events))
 
-    def _append(self, thread_id: str, rows: list[tuple[str, int, bytes]]) -> None:
+    def _append(
+        self,
+        thread_id: str,
+        rows: list[tuple[str, int, bytes]],
+        run: tuple[str | None] | None = None,
+    ) -> None:
         if not rows:
             return
         with _transaction(self.db):
@@ -96,6 +152,17 @@ class SqliteStore(Store):
                 "DELETE FROM events WHERE thread_id = ? AND seq <= ?",
                 (thread_id, rows[-1][1] - self.retention),
             )
+            self._touch(thread_id)
+            self.db.execute(
+                "UPDATE thread_info SET seq = ? WHERE thread_id = ?", (rows[-1][1], thread_id)
+            )
+            if run is not None:
+                self.db.execute(
+                    "UPDATE thread_info SET run_id = ?,"
+                    " run_started = CASE WHEN ? IS NULL THEN NULL ELSE updated END"
+                    " WHERE thread_id = ?",
+                    (run[0], run[0], thread_id),
+                )
 
     async def save_record(
         self, thread_id: str, record: bytes, position: Position | None = None
@@ -132,6 +199,84 @@ class SqliteStore(Store):
         )
         return [r[0] for r in rows]
 
+    async def thread_info(self, thread_id: str) -> ThreadInfo | None:
+        row = await self._run(
+            lambda: self.db.execute(
+                f"SELECT {INFO_COLUMNS} FROM thread_info WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+        )
+        return None if row is None else _info_of(row)
+
+    async def _list_threads(
+        self,
+        tenant: str,
+        limit: int,
+        after: ListPosition | None,
+        agent: str | None,
+        archived: bool | None,
+    ) -> tuple[list[ThreadInfo], ListPosition | None]:
+        result: tuple[list[ThreadInfo], ListPosition | None] = await self._run(
+            self._list, tenant, limit, after, agent, archived
+        )
+        return result
+
+    def _list(
+        self,
+        tenant: str,
+        limit: int,
+        after: ListPosition | None,
+        agent: str | None,
+        archived: bool | None,
+    ) -> tuple[list[ThreadInfo], ListPosition | None]:
+        # Filtered in Python over at most SCAN_MAX rows, as every store does: the same pages.
+        where = "tenant = ?"
+        args: list[object] = [tenant]
+        if after is not None:
+            where += " AND (updated < ? OR (updated = ? AND local_id < ?))"
+            args += [after[0], after[0], after[1]]
+        rows = self.db.execute(
+            f"SELECT {INFO_COLUMNS} FROM thread_info WHERE {where}"
+            " ORDER BY updated DESC, local_id DESC LIMIT ?",
+            (*args, SCAN_MAX + 1),
+        ).fetchall()
+        page: list[ThreadInfo] = []
+        looked = 0
+        for row in rows[:SCAN_MAX]:
+            looked += 1
+            info = _info_of(row)
+            if matches(info, agent, archived):
+                page.append(info)
+            if len(page) == limit:
+                break
+        if looked == len(rows):
+            return page, None
+        last = rows[looked - 1]
+        return page, (int(last[2]), str(last[0]))
+
+    async def _update_thread(self, thread_id: str, changes: dict[str, Any]) -> ThreadInfo | None:
+        result: ThreadInfo | None = await self._run(self._update, thread_id, changes)
+        return result
+
+    def _update(self, thread_id: str, changes: dict[str, Any]) -> ThreadInfo | None:
+        values = dict(changes)
+        if "metadata" in values and values["metadata"] is not None:
+            values["metadata"] = metadata_text(values["metadata"])
+        if "archived" in values:
+            values["archived"] = int(values["archived"])
+        assigned = ", ".join(f"{field} = ?" for field in values)  # fields: checked names
+        with _transaction(self.db):
+            now = now_ms()
+            cursor = self.db.execute(
+                f"UPDATE thread_info SET {assigned}, updated = max(updated, ?) WHERE thread_id = ?",
+                (*values.values(), now, thread_id),
+            )
+            if cursor.rowcount != 1:
+                return None
+            row = self.db.execute(
+                f"SELECT {INFO_COLUMNS} FROM thread_info WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+        return _info_of(row)
+
     async def ping(self) -> bool:
         try:
             await self._run(lambda: self.db.execute("SELECT 1").fetchone())
@@ -141,6 +286,21 @@ class SqliteStore(Store):
 
     async def close(self) -> None:
         await self.file.close()
+
+
+def _info_of(row: tuple[Any, ...]) -> ThreadInfo:
+    local_id, created, updated, seq, name, archived, metadata, agent, run_id, started = row
+    return ThreadInfo(
+        thread_id=str(local_id),
+        created=int(created),
+        updated=int(updated),
+        seq=int(seq),
+        name=name,
+        archived=bool(archived),
+        metadata=None if metadata is None else json.loads(metadata),
+        agent=agent,
+        run=None if run_id is None else OpenRun(str(run_id), int(started)),
+    )
 
 
 class _transaction:

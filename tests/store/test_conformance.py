@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from hub.errors import UnknownThread
+from hub.errors import PeerError, UnknownThread
 from hub.store import Store, open_store
+from hub.store.threads import METADATA_MAX, BadCursor
 from hub.wire.codec import pack, unpack
 
 Opener = Callable[[], Awaitable[Store]]
@@ -229,3 +232,264 @@ async def test_the_lapsed_leases_of_every_thread_are_one_question(opener: Opener
     await store.lease_run("t", "r1", 30)  # renewed: no longer lapsed
     await store.release_run("u", "r2")  # released: gone
     assert await store.lapsed_runs() == []
+
+
+# -- thread info: the list of a tenant's threads (hub.store.threads) ---------------------------
+
+
+def run_event(seq: int, kind: str, run_id: str = "r1") -> dict[str, object]:
+    return {
+        "type": kind,
+        "threadId": "x",
+        "runId": run_id,
+        "metadata": {"hub": {"seq": seq, "epoch": "e"}},
+    }
+
+
+async def walk(
+    store: Store,
+    tenant: str,
+    limit: int,
+    *,
+    agent: str | None = None,
+    archived: bool | None = None,
+) -> list[str]:
+    """Every page of the tenant's list, from the first to the one without a cursor."""
+    ids: list[str] = []
+    cursor: str | None = None
+    for _ in range(1000):
+        page = await store.list_threads(tenant, limit, cursor, agent=agent, archived=archived)
+        assert len(page.threads) <= limit
+        ids += [info.thread_id for info in page.threads]
+        if page.cursor is None:
+            return ids
+        cursor = page.cursor
+    raise AssertionError("the walk never ended")
+
+
+async def test_a_thread_s_info_comes_with_its_first_write_and_no_read_makes_any(
+    opener: Opener,
+) -> None:
+    store = await opener()
+    assert await store.thread_info("acme/doc") is None
+    assert await store.load("acme/doc") is None
+    assert (await store.list_threads("acme")).threads == []
+    assert await store.update_thread("acme/doc", name="Draft") is None  # not written: nothing
+    assert await store.thread_info("acme/doc") is None
+    assert (await store.list_threads("acme")).threads == []
+    assert await store.thread_ids() == []
+    before = int(time.time() * 1000)
+    assert await store.create_new("acme/doc", pack({"epoch": "e", "seq": 0}))
+    info = await store.thread_info("acme/doc")
+    assert info is not None
+    assert (info.thread_id, info.seq, info.name, info.archived) == ("doc", 0, None, False)
+    assert (info.metadata, info.agent, info.run) == (None, None, None)
+    assert before - 1000 <= info.created == info.updated <= int(time.time() * 1000) + 1000
+    page = await store.list_threads("acme")
+    assert page.threads == [info] and page.cursor is None
+
+
+async def test_appends_move_seq_updated_and_the_open_run_forward(opener: Opener) -> None:
+    store = await opener()
+    await store.create("acme/doc", pack({}))
+    created = await store.thread_info("acme/doc")
+    assert created is not None
+    await asyncio.sleep(0.01)
+    await store.append("acme/doc", [event(1), run_event(2, "RUN_STARTED", "r7"), event(3)])
+    opened = await store.thread_info("acme/doc")
+    assert opened is not None and opened.seq == 3 and opened.created == created.created
+    assert opened.updated > created.updated
+    assert opened.run is not None and opened.run.run_id == "r7"
+    assert opened.run.started == opened.updated
+    await store.append("acme/doc", [event(4)])  # the run goes on: still the one it was
+    going = await store.thread_info("acme/doc")
+    assert going is not None and going.seq == 4 and going.run == opened.run
+    await store.append("acme/doc", [run_event(5, "RUN_FINISHED", "r7")])
+    ended = await store.thread_info("acme/doc")
+    assert ended is not None and ended.seq == 5 and ended.run is None
+    await store.append("acme/doc", [run_event(6, "RUN_STARTED", "r8")])
+    await store.append("acme/doc", [run_event(7, "RUN_ERROR", "r8")])
+    errored = await store.thread_info("acme/doc")
+    assert errored is not None and errored.seq == 7 and errored.run is None
+    await store.save_record("acme/doc", pack({"seq": 7}))  # compaction is no change
+    assert await store.thread_info("acme/doc") == errored
+
+
+async def test_threads_are_listed_most_recently_changed_first_per_tenant(opener: Opener) -> None:
+    store = await opener()
+    for name in ("a", "b", "c"):
+        await store.create(f"acme/{name}", pack({}))
+        await asyncio.sleep(0.003)
+    await store.create("other/a", pack({}))
+    await store.create("bare", pack({}))  # no tenant: the tenant "" of a bare key
+    await asyncio.sleep(0.003)
+    await store.append("acme/a", [event(1)])
+    page = await store.list_threads("acme")
+    assert [i.thread_id for i in page.threads] == ["a", "c", "b"] and page.cursor is None
+    assert [i.seq for i in page.threads] == [1, 0, 0]
+    assert [i.thread_id for i in (await store.list_threads("other")).threads] == ["a"]
+    assert [i.thread_id for i in (await store.list_threads("")).threads] == ["bare"]
+    assert (await store.list_threads("nobody")).threads == []
+    assert await walk(store, "acme", 1) == ["a", "c", "b"]
+    reopened = await opener()  # durable stores keep it; memory is the same store
+    assert await walk(reopened, "acme", 2) == ["a", "c", "b"]
+
+
+async def test_a_walk_through_the_pages_lists_each_thread_at_most_once_while_writes_go_on(
+    opener: Opener,
+) -> None:
+    """The cursor is a position (updated, id): a thread written during the walk moves ahead of
+    it and is not listed again; one not written is listed exactly once; ties in ``updated`` are
+    ordered by id, so a page boundary inside one millisecond loses and repeats nothing."""
+    store = await opener()
+    names = [f"t{i}" for i in range(8)]
+    for name in names:  # several in one millisecond, likely: ties are ordered by id
+        await store.create(f"acme/{name}", pack({}))
+    first = await store.list_threads("acme", 3)
+    listed = [i.thread_id for i in first.threads]
+    assert len(listed) == 3 and first.cursor is not None
+    unlisted = [n for n in names if n not in listed]
+    await asyncio.sleep(0.003)
+    await store.append(f"acme/{listed[0]}", [event(1)])  # listed already: moves ahead
+    await store.append(f"acme/{unlisted[-1]}", [event(1)])  # not yet: moves ahead of the cursor
+    await store.update_thread(f"acme/{listed[1]}", name="renamed")
+    seen = list(listed)
+    cursor = first.cursor
+    while cursor is not None:
+        page = await store.list_threads("acme", 3, cursor)
+        seen += [i.thread_id for i in page.threads]
+        cursor = page.cursor
+        await store.create("acme/new", pack({}))  # created during the walk: ahead of it
+    assert len(seen) == len(set(seen))  # nothing twice
+    assert set(unlisted[:-1]) <= set(seen)  # nothing unwritten missed
+    assert "new" not in seen
+    fresh = await walk(store, "acme", 3)  # a new walk: the written first, every thread once
+    assert sorted(fresh) == sorted([*names, "new"])
+    assert set(fresh[:4]) == {"new", listed[0], listed[1], unlisted[-1]}
+
+
+async def test_update_thread_sets_name_archived_and_metadata(opener: Opener) -> None:
+    store = await opener()
+    await store.create("acme/doc", pack({}))
+    await store.create("acme/other", pack({}))
+    before = await store.thread_info("acme/doc")
+    assert before is not None
+    await asyncio.sleep(0.003)
+    meta = {"owner": "ann", "tags": ["a", "b"], "n": 1.5, "empty": [], "nested": {"x": None}}
+    after = await store.update_thread("acme/doc", name="Q3 plan", metadata=meta)
+    assert after is not None and after == await store.thread_info("acme/doc")
+    assert (after.name, after.metadata, after.archived) == ("Q3 plan", meta, False)
+    assert after.updated > before.updated and after.created == before.created
+    assert [i.thread_id for i in (await store.list_threads("acme")).threads] == ["doc", "other"]
+    archived = await store.update_thread("acme/doc", archived=True)
+    assert archived is not None and (archived.name, archived.archived) == ("Q3 plan", True)
+    assert archived.metadata == meta  # what a change does not name stays
+    cleared = await store.update_thread("acme/doc", name=None, metadata=None)
+    assert cleared is not None and (cleared.name, cleared.metadata) == (None, None)
+    assert cleared.archived
+    agent = await store.update_thread("acme/doc", agent="writer")
+    assert agent is not None and agent.agent == "writer"
+    reopened = await opener()
+    assert await reopened.thread_info("acme/doc") == agent
+    await store.append("acme/doc", [event(1)])
+    await store.create("acme/doc", pack({"epoch": "e2"}))  # anew (its log lost): same thread
+    anew = await store.thread_info("acme/doc")
+    assert anew is not None and (anew.seq, anew.run, anew.archived) == (0, None, True)
+    assert (anew.agent, anew.created) == ("writer", before.created)
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({}, "invalid_thread_update"),
+        ({"title": "x"}, "invalid_thread_update"),
+        ({"name": 5}, "invalid_thread_update"),
+        ({"name": ""}, "invalid_thread_update"),
+        ({"name": "a\nb"}, "invalid_thread_update"),
+        ({"name": "x" * 257}, "name_too_long"),
+        ({"archived": "yes"}, "invalid_thread_update"),
+        ({"archived": 1}, "invalid_thread_update"),
+        ({"metadata": [1, 2]}, "invalid_thread_update"),
+        ({"metadata": {"x": float("nan")}}, "invalid_thread_update"),
+        ({"metadata": {"x": "y" * 4096}}, "metadata_too_large"),
+    ],
+)
+async def test_an_update_it_cannot_take_is_refused_with_a_code_and_changes_nothing(
+    opener: Opener, changes: dict[str, object], code: str
+) -> None:
+    store = await opener()
+    await store.create("acme/doc", pack({}))
+    before = await store.thread_info("acme/doc")
+    with pytest.raises(PeerError) as refused:
+        await store.update_thread("acme/doc", **changes)
+    assert refused.value.code == code
+    assert await store.thread_info("acme/doc") == before
+
+
+async def test_metadata_just_inside_its_bound_is_kept(opener: Opener) -> None:
+    store = await opener()
+    await store.create("acme/doc", pack({}))
+    meta = {"x": "é" * ((METADATA_MAX - 8) // 2)}  # two bytes each in UTF-8
+    assert len(json.dumps(meta, separators=(",", ":"), ensure_ascii=False).encode()) <= 4096
+    info = await store.update_thread("acme/doc", metadata=meta)
+    assert info is not None and info.metadata == meta
+
+
+async def test_the_list_filters_by_archived_and_agent(opener: Opener) -> None:
+    store = await opener()
+    for name in ("a", "b", "c", "d"):
+        await store.create(f"acme/{name}", pack({}))
+    await store.update_thread("acme/a", archived=True, agent="writer")
+    await store.update_thread("acme/b", agent="writer")
+    await store.update_thread("acme/c", archived=True)
+    assert sorted(await walk(store, "acme", 10, archived=True)) == ["a", "c"]
+    assert sorted(await walk(store, "acme", 10, archived=False)) == ["b", "d"]
+    assert sorted(await walk(store, "acme", 10, agent="writer")) == ["a", "b"]
+    assert await walk(store, "acme", 10, agent="writer", archived=False) == ["b"]
+    assert await walk(store, "acme", 10, agent="nobody") == []
+    assert sorted(await walk(store, "acme", 1, archived=True)) == ["a", "c"]
+
+
+async def test_a_filtered_page_looks_at_a_bounded_number_of_threads(
+    opener: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page with a filter that few threads pass does not read the whole tenant: it stops
+    after SCAN_MAX threads looked at, short or empty, with a cursor to go on from."""
+    for module in ("memory", "sqlite", "redis"):
+        monkeypatch.setattr(f"hub.store.{module}.SCAN_MAX", 3)
+    store = await opener()
+    for i in range(8):
+        await store.create(f"acme/t{i}", pack({}))
+        await asyncio.sleep(0.002)
+    await store.update_thread("acme/t0", archived=True)  # the newest now; t1..t7 follow
+    await asyncio.sleep(0.002)
+    for i in range(1, 8):
+        if i != 2:
+            await store.append(f"acme/t{i}", [event(1)])
+            await asyncio.sleep(0.002)
+    # newest first: t7 t6 t5 t4 t3 t1 t0 t2; t2 archived too, the oldest
+    await store.update_thread("acme/t2", archived=True)
+    pages = []
+    cursor: str | None = None
+    while True:
+        page = await store.list_threads("acme", 10, cursor, archived=True)
+        pages.append([i.thread_id for i in page.threads])
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    assert sorted(t for page in pages for t in page) == ["t0", "t2"]
+    assert len(pages) >= 3 and [] in pages  # 8 threads, 3 looked at per page
+
+
+@pytest.mark.parametrize("cursor", ["nope", "dDEuMTIz", "!!", "dDEuYWJjLmlk"])
+async def test_a_cursor_no_list_gave_is_refused(opener: Opener, cursor: str) -> None:
+    store = await opener()
+    with pytest.raises(BadCursor):
+        await store.list_threads("acme", 10, cursor)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 201])
+async def test_a_page_size_out_of_range_is_refused(opener: Opener, limit: int) -> None:
+    store = await opener()
+    with pytest.raises(BadCursor):
+        await store.list_threads("acme", limit)

@@ -4,7 +4,9 @@ Routes (one port):
 - ``ws     /v1/threads/{id}``               consumers (``?since=SEQ&epoch=EPOCH`` to resume)
 - ``ws     /v1/threads/{id}/agent``         producers (agents)
 - ``ws     /v1/receipts``                   handoff receipts (hub.server.receipts)
+- ``GET    /v1/threads``                    the tenant's threads, newest change first
 - ``GET    /v1/threads/{id}``               ``{threadId, epoch, seq, state, messages, run}``
+- ``PATCH  /v1/threads/{id}``               name, archive, metadata (hub.server.transport.threads)
 - ``GET    /v1/threads/{id}/events``        a consumer over ``text/event-stream``
 - ``POST   /v1/threads/{id}/runs``          run a configured agent on the thread
 - ``DELETE /v1/threads/{id}/runs/{runId}``  cancel that run
@@ -55,6 +57,7 @@ from hub.server.transport.common import (
 from hub.server.transport.consumer import ConsumerEndpoint
 from hub.server.transport.http import NodePages, ThreadView
 from hub.server.transport.runs import HttpApi
+from hub.server.transport.threads import ThreadsApi
 from hub.server.upstream import Upstream
 from hub.store import masked_url, open_store
 from hub.store.base import outage_reason, transient
@@ -90,6 +93,7 @@ class HubServer:
         ]
         self.pages: list[HttpRoute] = [
             NodePages(hub, self.guard, self),
+            ThreadsApi(hub, self.guard),
             ThreadView(hub, self.guard),
             HttpApi(hub, self.guard, self.upstream),
             ReceiptsRoutes(self.receipts),
@@ -338,7 +342,7 @@ def _preflight(cors: list[tuple[str, str]]) -> Response:
     """The answer to a CORS preflight: what a browser may send, for ten minutes."""
     headers = Headers([("Content-Length", "0"), *cors])
     if cors:
-        headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE"
+        headers["Access-Control-Allow-Methods"] = "GET, POST, PATCH, DELETE"
         headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, Last-Event-ID"
         headers["Access-Control-Max-Age"] = "600"
     return Response(HTTPStatus.NO_CONTENT.value, HTTPStatus.NO_CONTENT.phrase, headers, b"")

@@ -154,6 +154,7 @@ _HTTP_STATUS = {
     "not_found": HTTPStatus.NOT_FOUND,
     "unknown_agent": HTTPStatus.NOT_FOUND,
     "unknown_run": HTTPStatus.NOT_FOUND,
+    "thread_not_found": HTTPStatus.NOT_FOUND,
     "run_in_progress": HTTPStatus.CONFLICT,
     "conflict": HTTPStatus.CONFLICT,
     "bad_origin": HTTPStatus.FORBIDDEN,

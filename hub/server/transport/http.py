@@ -116,7 +116,7 @@ class ThreadView:
         if not (match and is_thread_id(match.group(1))):
             return None
         if request.method not in ("GET", "HEAD"):
-            return error_response(MethodNotAllowed("use GET here"))
+            return error_response(MethodNotAllowed("use GET or PATCH here"))
         try:
             thread_id = match.group(1)
             scope = self.guard.scope_for("consumer", thread_id)

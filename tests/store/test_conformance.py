@@ -354,7 +354,7 @@ async def test_a_walk_through_the_pages_lists_each_thread_at_most_once_while_wri
     await store.append(f"acme/{unlisted[-1]}", [event(1)])  # not yet: moves ahead of the cursor
     await store.update_thread(f"acme/{listed[1]}", name="renamed")
     seen = list(listed)
-    cursor = first.cursor
+    cursor: str | None = first.cursor
     while cursor is not None:
         page = await store.list_threads("acme", 3, cursor)
         seen += [i.thread_id for i in page.threads]

@@ -159,3 +159,50 @@ async def test_ping_is_false_when_redis_is_unreachable() -> None:
         assert await asyncio.wait_for(store.ping(), 5) is False
     finally:
         await store.close()
+
+
+async def commands_run(client: Redis) -> dict[str, int]:
+    """How many times each command ran since the last CONFIG RESETSTAT, counting those a
+    script runs (this client's INFO and RESETSTAT left out)."""
+    stats: dict[str, Any] = await client.info("commandstats")
+    counts = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    return {k: n for k, n in counts.items() if k not in ("info", "config|resetstat")}
+
+
+#: What the append and list scripts call inside Redis (not round trips of the node's).
+IN_SCRIPTS = {
+    "exists", "xrevrange", "xrange", "xadd", "publish", "time", "zscore", "zadd", "hsetnx",
+    "hset", "hdel", "hget", "zcount", "zrangebyscore", "zcard", "zrevrange",
+}  # fmt: skip
+
+
+async def round_trips(client: Redis) -> int:
+    """The commands a client sent since the last CONFIG RESETSTAT: every one not a script's."""
+    counts = await commands_run(client)
+    assert set(counts) - {"evalsha", "eval"} <= IN_SCRIPTS, counts
+    return sum(n for name, n in counts.items() if name not in IN_SCRIPTS)
+
+
+async def test_on_a_single_redis_the_thread_list_costs_no_round_trip_per_event_and_one_per_page(
+    store: RedisStore, client: Redis
+) -> None:
+    """The tenant's index is kept by the append script itself (one EVALSHA, nothing else), and
+    a page of the list is one script call; the keys are the tenant's, in one hash tag."""
+    await store.create("acme/doc", pack({}))
+    await store.append("acme/doc", [event(1)])
+    await store.list_threads("acme")  # both scripts are loaded now
+    await client.config_resetstat()
+    await store.append("acme/doc", [event(2), event(3)])
+    assert await round_trips(client) == 1
+    assert (await commands_run(client))["zadd"] == 1  # the index, in that one call
+    await client.config_resetstat()
+    page = await store.list_threads("acme")
+    assert [(i.thread_id, i.seq) for i in page.threads] == [("doc", 3)]
+    assert await round_trips(client) == 1
+    index = sorted([k.decode() async for k in client.scan_iter(match="agui:{acme/}:*")])
+    assert index == [
+        "agui:{acme/}:thread-info",
+        "agui:{acme/}:thread-seq",
+        "agui:{acme/}:threads",
+    ]  # no run open: no thread-run entry
+    assert len({key_slot(k.encode()) for k in index}) == 1

@@ -28,7 +28,7 @@ from ..errors import MalformedPatch, PatchFailed
 from ..wire.pointer import is_json_pointer
 
 KNOWN_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
-_INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
+_INDEX = re.compile(r"0|[1-9][0-9]*")
 
 Json = Any
 Undo = Callable[[], None]
@@ -216,7 +216,7 @@ def _child(node: Json, part: str) -> Json:
 def _index(array: list[Json], part: str, *, allow_end: bool) -> int:
     if part == "-" and allow_end:
         return len(array)
-    if not _INDEX.match(part):
+    if not _INDEX.fullmatch(part):
         raise PatchFailed(f"{part!r} is not an array index")
     index = int(part)
     limit = len(array) if allow_end else len(array) - 1

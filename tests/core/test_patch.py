@@ -59,6 +59,8 @@ def test_pointer_escapes_and_numeric_keys_on_objects() -> None:
         [{"op": "remove", "path": "/missing"}],
         [{"op": "replace", "path": "/list/5", "value": 0}],
         [{"op": "add", "path": "/list/01", "value": 0}],  # leading zero is not an index
+        [{"op": "replace", "path": "/list/1\n", "value": 0}],  # nor is a trailing newline
+        [{"op": "add", "path": "/list/0\n", "value": 0}],
         [{"op": "add", "path": "/list/-1", "value": 0}],
         [{"op": "remove", "path": "/list/-"}],
         [{"op": "add", "path": "/a/deeper", "value": 0}],  # a is a number

@@ -182,6 +182,13 @@ class Store(ABC):
     async def _update_thread(self, thread_id: str, changes: dict[str, Any]) -> ThreadInfo | None:
         """:meth:`update_thread` past its checks."""
 
+    @abstractmethod
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Forget the thread: its record, log, session, run lease, info and its place in the
+        tenant's list, all of it (receipts are not thread data: they stay). True if the store
+        held anything of it. A write after it creates the thread anew, with a new epoch (a
+        hub node gives every creation one), so no position of before resumes into it."""
+
     # -- run leases ----------------------------------------------------------------------------
     # A run the hub itself calls an agent for (hub.server.upstream) lives in one node's task:
     # if that node dies, nobody else can end it. So the node holds a lease on it, renewed

@@ -43,7 +43,10 @@ class MemoryStore(Store):
         self._touch(thread_id, seq=0, run=(None,))
 
     async def append(self, thread_id: str, events: list[Event]) -> None:
-        self._logs[thread_id].extend(events)
+        log = self._logs.get(thread_id)
+        if log is None:  # never created, or deleted since
+            raise UnknownThread(thread_id)
+        log.extend(events)
         if events:
             self._touch(thread_id, seq=seq_of(events[-1]), run=run_change(events))
 
@@ -80,6 +83,15 @@ class MemoryStore(Store):
 
     async def thread_ids(self) -> list[str]:
         return list(self._records)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        found = thread_id in self._records or thread_id in self._info
+        self._records.pop(thread_id, None)
+        self._logs.pop(thread_id, None)
+        self._sessions.pop(thread_id, None)
+        self._info.pop(thread_id, None)
+        self._lease_table().pop(thread_id, None)
+        return found
 
     async def thread_info(self, thread_id: str) -> ThreadInfo | None:
         info = self._info.get(thread_id)

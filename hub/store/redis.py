@@ -67,6 +67,7 @@ from hub.store.redis_threads import (
     PREFIX,
     THREAD_INFO,
     TOUCH,
+    UNINDEX,
     UPDATE,
     index_keys,
     row_info,
@@ -252,6 +253,14 @@ return {record, redis.call('XRANGE', KEYS[2], ARGV[1], '+')}
 """
 
 
+# KEYS: record, log, meta, session, run, run-alive (every key of the thread: one slot).
+# Deletes them all: {how many existed, the run holding a lease or false}.
+DELETE = """
+local run = redis.call('GET', KEYS[5])
+return {redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]), run}
+"""
+
+
 def thread_keys(thread_id: str) -> tuple[str, str, str]:
     """The record, log and channel names of a thread, all under the hash tag ``{thread_id}``."""
     tag = _tag(thread_id)
@@ -426,6 +435,8 @@ class RedisStore(Store):
         self._head = client.register_script(HEAD)
         self._log = client.register_script(LOG)
         self._release_run = client.register_script(RELEASE_RUN)
+        self._delete = client.register_script(DELETE)
+        self._unindex = client.register_script(UNINDEX)
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
         self.origin = secrets.token_bytes(ORIGIN_BYTES)
         self._bus: RedisBus | None = None
@@ -654,6 +665,22 @@ class RedisStore(Store):
         if not more:
             return threads, None
         return threads, (int(float(text_of(last_score))), text_of(last_id))
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """The thread's keys in one script (one slot: atomic; an append after it finds no
+        thread), then its tenant's index entries (another slot on a cluster), then its lease
+        in the store-wide lease set. On a cluster an append stored just before the delete may
+        still move the index after it: the entry then lists a thread whose record is gone, as
+        any append racing a delete could; deleting again removes it."""
+        record_key, log_key, _ = thread_keys(thread_id)
+        run_key, alive_key = lease_keys(thread_id)
+        keys = [record_key, log_key, meta_key(thread_id), session_key(thread_id)]
+        deleted, run = await self._delete(keys=[*keys, run_key, alive_key])
+        tenant, local_id = split_key(thread_id)
+        indexed = await self._unindex(keys=index_keys(tenant), args=[local_id])
+        if run is not None:
+            await self.client.zrem(LEASES_KEY, _lease_member(thread_id, text_of(run)))
+        return bool(deleted) or bool(indexed)
 
     async def _update_thread(self, thread_id: str, changes: dict[str, Any]) -> ThreadInfo | None:
         tenant, local_id = split_key(thread_id)

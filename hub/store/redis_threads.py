@@ -85,6 +85,15 @@ return row(ARGV[1], at)
 """
 )
 
+# KEYS: the tenant's index keys. ARGV: the thread's id. Removes it from all of them: 1 if it was
+# listed, else 0.
+UNINDEX = """
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
+
 # KEYS: the tenant's index keys. ARGV: limit, the cursor's updated and id ('' and '' for none),
 # archived ('' either, '1', '0'), agent ('' any), the most entries to look at. One page, most
 # recently changed first (score, then id, descending: ZREVRANGE's order), of the entries after

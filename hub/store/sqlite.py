@@ -145,6 +145,9 @@ class SqliteStore(Store):
         if not rows:
             return
         with _transaction(self.db):
+            held = self.db.execute("SELECT 1 FROM threads WHERE thread_id = ?", (thread_id,))
+            if held.fetchone() is None:  # never created, or deleted since: its events stay out
+                raise UnknownThread(thread_id)
             self.db.executemany(
                 "INSERT OR REPLACE INTO events (thread_id, seq, body) VALUES (?, ?, ?)", rows
             )
@@ -198,6 +201,19 @@ class SqliteStore(Store):
             lambda: self.db.execute("SELECT thread_id FROM threads ORDER BY thread_id").fetchall()
         )
         return [r[0] for r in rows]
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        self._lease_table().pop(thread_id, None)  # leases of a node-local store: in process
+        found: bool = await self._run(self._delete, thread_id)
+        return found
+
+    def _delete(self, thread_id: str) -> bool:
+        found = 0
+        with _transaction(self.db):
+            for table in ("threads", "events", "sessions", "thread_info"):
+                cursor = self.db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+                found += cursor.rowcount
+        return found > 0
 
     async def thread_info(self, thread_id: str) -> ThreadInfo | None:
         row = await self._run(

@@ -493,3 +493,87 @@ async def test_a_page_size_out_of_range_is_refused(opener: Opener, limit: int) -
     store = await opener()
     with pytest.raises(BadCursor):
         await store.list_threads("acme", limit)
+
+
+async def leftovers(store: Store, name: str) -> list[str]:
+    """Everything the backend itself still holds that names ``name`` (a thread id's last
+    part): on Redis every key (SCAN over every master) and every member and field of the
+    index and lease keys; on SQLite every row of every table; in memory every table's key."""
+    from hub.store.memory import MemoryStore
+    from hub.store.redis import RedisStore
+    from hub.store.sqlite import SqliteStore
+
+    found: list[str] = []
+    if isinstance(store, RedisStore):
+        client = store.client
+        async for raw in client.scan_iter(count=1000):  # on a cluster: every master's keys
+            key = raw.decode()
+            if name in key:
+                found.append(key)
+            kind = (await client.type(raw)).decode()
+            members: list[bytes] = []
+            if kind == "zset":
+                members = await client.zrange(raw, 0, -1)
+            elif kind == "hash":
+                members = await client.hkeys(raw)
+            found += [f"{key} {m.decode()!r}" for m in members if name in m.decode()]
+    elif isinstance(store, SqliteStore):
+        for table in ("threads", "events", "sessions", "thread_info"):
+            rows = await store._run(
+                lambda t=table: store.db.execute(f"SELECT thread_id FROM {t}").fetchall()
+            )
+            found += [f"{table} {r[0]}" for r in rows if name in r[0]]
+    elif isinstance(store, MemoryStore):
+        for table in (store._records, store._logs, store._sessions, store._info):
+            found += [key for key in table if name in key]
+    found += [t for t in store._lease_table() if name in t]
+    return found
+
+
+async def test_delete_thread_leaves_nothing_of_it_and_touches_no_other(opener: Opener) -> None:
+    """Record, log, session, lease, info and the tenant's list: all gone, in the backend
+    itself (on Redis: no key names it, no index entry or lease member does); another thread
+    of the tenant is untouched; the id written again is a thread anew."""
+    store = await opener()
+    for key in ("acme/doomed", "acme/kept"):
+        await store.create_new(key, pack({"epoch": "e", "seq": 0}))
+        await store.append(key, [event(1), run_event(2, "RUN_STARTED"), event(3)])
+        await store.save_session(key, {"service_session_id": "conv_1"})
+        await store.save_record(key, pack({"epoch": "e", "seq": 3}), (3, "e"))
+        await store.update_thread(key, name="n", metadata={"k": 1})
+        await store.lease_run(key, "r1", 0.001)
+    await asyncio.sleep(0.01)  # both leases lapsed: listed by lapsed_runs
+    kept_before = (await store.load("acme/kept"), await store.thread_info("acme/kept"))
+    before = await leftovers(store, "doomed")  # the probe sees the thread before the delete
+    assert before
+    if store.shared:  # on a cluster too: the thread's keys and the index are on other slots
+        assert any(f.startswith("agui:{acme/doomed}:") for f in before)
+        assert any(f.startswith("agui:{acme/}:threads ") for f in before)
+
+    assert await store.delete_thread("acme/doomed")
+    assert await leftovers(store, "doomed") == []
+    assert await store.load("acme/doomed") is None
+    assert await store.head("acme/doomed") is None
+    assert await store.read_log("acme/doomed", 0) is None
+    assert await store.load_session("acme/doomed") is None
+    assert await store.run_lease("acme/doomed") is None
+    assert await store.thread_info("acme/doomed") is None
+    assert await store.thread_ids() == ["acme/kept"]
+    assert [i.thread_id for i in (await store.list_threads("acme")).threads] == ["kept"]
+    assert await store.lapsed_runs() == [("acme/kept", "r1")]
+    assert await store.update_thread("acme/doomed", name="x") is None
+    with pytest.raises(UnknownThread):
+        await store.append("acme/doomed", [event(4)])
+    assert await leftovers(store, "doomed") == []  # the refused append stored nothing either
+    assert (await store.load("acme/kept"), await store.thread_info("acme/kept")) == kept_before
+    assert await store.load_session("acme/kept") == {"service_session_id": "conv_1"}
+    assert not await store.delete_thread("acme/doomed")  # nothing left to delete
+    assert not await store.delete_thread("acme/never")
+
+    assert await store.create_new("acme/doomed", pack({"epoch": "e2", "seq": 0}))
+    anew = await store.thread_info("acme/doomed")
+    assert anew is not None and (anew.seq, anew.name, anew.run) == (0, None, None)
+    assert await store.head("acme/doomed") == (0, "e2")
+    reopened = await opener()  # durable stores: the delete is durable too
+    assert await reopened.load_session("acme/doomed") is None
+    assert await reopened.head("acme/doomed") == (0, "e2")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
 from .messages import MessageLog
@@ -27,6 +27,7 @@ from .streaming import (
     Streaming,
     item_key,
 )
+from .subtree import Filtered, StatePath, plan_delta
 
 __all__ = ["BY_END", "BY_START", "STREAMING", "Event", "Outcome", "Thread", "item_key"]
 
@@ -41,6 +42,19 @@ class Outcome:
     events: list[Event] = field(default_factory=list)
     error: HubError | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+class Subtrees(Protocol):
+    """Who holds subtrees of a thread (consumers subscribed with a path, hub.core.subtree),
+    told how each ``STATE_DELTA`` applied to the thread reads for them."""
+
+    @property
+    def paths(self) -> Collection[StatePath]:
+        """The distinct paths held, never the root; empty: nothing is planned."""
+
+    def filtered(self, seq: int, results: dict[StatePath, Filtered]) -> None:
+        """The ``STATE_DELTA`` that gets ``seq`` applied: its result per path. A snapshot's
+        value is the live state: take (encode) it now, before the next event."""
 
 
 class Thread:
@@ -63,6 +77,9 @@ class Thread:
         self._warnings: list[str] = []
         #: The ``delta`` list the edge checked last (see :meth:`trust_patch`).
         self._trusted: list[dict[str, Any]] | None = None
+        #: Told how each STATE_DELTA reads for subtree consumers, planned from the state
+        #: before the patch applies in place (see :class:`Subtrees`); None: nothing planned.
+        self.subtrees: Subtrees | None = None
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -239,7 +256,13 @@ class Thread:
         else:
             ops = event["delta"]  # the edge checked this very list (trust_patch)
         self._trusted = None
-        apply_patch(self.doc, ops)
+        subtrees = self.subtrees
+        if subtrees is not None and subtrees.paths:
+            plan = plan_delta(self.doc.root, ops, subtrees.paths)
+            apply_patch(self.doc, ops)
+            subtrees.filtered(self.seq + 1, plan.finish(self.doc.root))
+        else:
+            apply_patch(self.doc, ops)
         if dropped:
             self._warnings.append(f"dropped unknown patch ops: {', '.join(dropped)}")
             return {**event, "delta": ops}

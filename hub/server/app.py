@@ -34,7 +34,7 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import bind_allowed, host_allowed
-from hub.errors import BadHost, BadOrigin, BadPath, LimitExceeded, PeerError
+from hub.errors import BadHost, BadOrigin, BadPath, BadStatePath, LimitExceeded, PeerError
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config, StartupError
 from hub.server.guard import Guard
@@ -252,6 +252,8 @@ class HubServer:
             self.socket_route(request.path)
         except BadPath as exc:
             return json_response(HTTPStatus.NOT_FOUND, exc.as_value())
+        except BadStatePath as exc:  # a consumer's ?path= that is no JSON Pointer: 400
+            return error_response(exc)
         if self.draining:
             return text_response(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
         return None

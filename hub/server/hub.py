@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hub.core.consumer import ConsumerView, resume, sync_frames
+from hub.core.consumer import ConsumerView, Held, resume, sync_frames
+from hub.core.subtree import StatePath, snapshot_of
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError, Unavailable
 from hub.server.broker import Broker, LocalBroker, SharedBroker
@@ -29,6 +30,7 @@ from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth
 from hub.server.outbox import LiveFrame, Outbox
 from hub.server.persistence import LocalPersistence, Persistence, SharedPersistence
+from hub.server.subtrees import Subtrees, path_frames
 from hub.store import Store
 from hub.wire import control
 from hub.wire.codec import Encoding, Frame, unpack
@@ -266,8 +268,13 @@ class Hub:
         # now; the others queue the frames (and their writers batch them).
         joined: dict[Encoding, bytes] = {}
         held = frames[-1].held if frames else None
-        written = 0
-        for outbox in loaded.consumers:
+        written = paths_written = 0
+        consumers: set[Outbox] | list[Outbox] = loaded.consumers
+        subtrees = loaded.subtrees
+        if subtrees is not None and subtrees.groups:
+            paths_written = self._fan_out_paths(loaded, subtrees, frames, held)
+            consumers = [o for o in consumers if o.path is None]
+        for outbox in consumers:
             data = joined.get(outbox.encoding)
             if data is None:
                 data = joined[outbox.encoding] = b"".join(f.wire(outbox.encoding) for f in frames)
@@ -278,6 +285,8 @@ class Hub:
                     outbox.push(frame)
         if written:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
+        if paths_written:
+            self.metrics.inc("agui_hub_events_out_total", paths_written)
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
         now = loaded.changed_at = time.monotonic()
@@ -285,6 +294,36 @@ class Hub:
             order.pop(loaded, None)
             order[loaded] = now
         self.persistence.changed(loaded, len(events))
+
+    def _fan_out_paths(
+        self, loaded: LoadedThread, subtrees: Subtrees, frames: list[LiveFrame], held: Held | None
+    ) -> int:
+        """The batch to the consumers of subtrees: frames built once per (path, encoding)."""
+        if subtrees.thread is not loaded.thread:
+            # A fresh copy (reloaded from the store) applied these events unplanned.
+            subtrees.install(loaded.thread)
+        by_path, broken = path_frames(subtrees, frames)
+        written = 0
+        for path, built in by_path.items():
+            group = subtrees.groups[path]
+            if path in broken:
+                for outbox in group:
+                    outbox.repair("gap")
+                continue
+            if not built:
+                continue
+            joined: dict[Encoding, bytes] = {}
+            for outbox in group:
+                encoding = outbox.encoding
+                data = joined.get(encoding)
+                if data is None:
+                    data = joined[encoding] = b"".join(f.wire(encoding) for f in built)
+                if outbox.write_now(data, held):
+                    written += len(built)
+                else:
+                    for frame in built:
+                        outbox.push(frame)
+        return written
 
     @property
     def behind(self) -> bool:
@@ -367,7 +406,12 @@ class Hub:
     # -- consumers ------------------------------------------------------------------------------
 
     def repair_frames(
-        self, loaded: LoadedThread, view: ConsumerView, cause: str, encoding: Encoding
+        self,
+        loaded: LoadedThread,
+        view: ConsumerView,
+        cause: str,
+        encoding: Encoding,
+        path: StatePath | None = None,
     ) -> list[Frame]:
         """Frames taking one consumer from ``view`` to now.
 
@@ -377,10 +421,16 @@ class Hub:
         thread at once while its agent writes 100 events/s encode the state about once per
         ``SYNC_REUSE_SECONDS``, not once per joiner. Past ``SYNC_REUSE`` events, or that
         age, it is built anew: a joiner gets the thread as of now, not a stale join and the
-        burst of deltas since."""
+        burst of deltas since.
+
+        A consumer of a subtree (``path``) gets the subtree as its ``STATE_SNAPSHOT`` (null
+        when absent); its repairs are shared only at the position they were built at (the
+        live frames since are the whole state's)."""
         thread = loaded.thread
         view.before_repair(cause)
-        key = (view.key(), encoding)
+        key: tuple[Any, Encoding] = (
+            (view.key(), encoding) if path is None else ((view.key(), path), encoding)
+        )
         cached = loaded.sync_cache.get(key)
         frames = None
         # Only for a fresh join (the consumer holds nothing): a consumer that held a position
@@ -393,9 +443,19 @@ class Hub:
             # As of now (the thread has not moved since), or recent enough to catch up.
             and (cached[0] == thread.seq or now - cached[2] <= SYNC_REUSE_SECONDS)
         ):
-            frames = self._caught_up(loaded, encoding, cached[0], cached[1])
+            if path is None:
+                frames = self._caught_up(loaded, encoding, cached[0], cached[1])
+            elif cached[0] == thread.seq:
+                frames = cached[1]
         if frames is None:
-            built = [Frame(e).freeze(encoding) for e in sync_frames(thread, view)]
+            events = sync_frames(thread, view)
+            if path is not None:
+                subtree = snapshot_of(thread.state, path)
+                events = [
+                    {**e, "snapshot": subtree} if e["type"] == "STATE_SNAPSHOT" else e
+                    for e in events
+                ]
+            built = [Frame(e).freeze(encoding) for e in events]
             _remember(loaded, key, (thread.seq, built, now))
             frames = built
             self.metrics.inc("agui_hub_sync_builds_total")
@@ -441,7 +501,18 @@ class Hub:
         if not loaded.attachable:  # never feed a consumer from a copy nobody will write to
             raise Unavailable(f"the thread is {loaded.life.value} here; connect again")
         cause: str | None = "join"
-        if since is not None:
+        if outbox.path is not None:
+            # A consumer of a subtree: the log holds the whole state's events, so a resume
+            # is the subtree's snapshot (at the thread's position), never a replay.
+            if since is not None:
+                cause = resume(loaded.thread, since, epoch)[1] or "join"
+            subtrees = loaded.subtrees
+            if subtrees is None:
+                subtrees = loaded.subtrees = Subtrees()
+            if subtrees.thread is not loaded.thread:
+                subtrees.install(loaded.thread)
+            subtrees.add(outbox, outbox.path)
+        elif since is not None:
             events, cause = resume(loaded.thread, since, epoch)
             if events is not None:
                 outbox.view.catch_up(loaded.thread)
@@ -456,6 +527,8 @@ class Hub:
 
     def detach(self, loaded: LoadedThread, outbox: Outbox) -> None:
         loaded.consumers.discard(outbox)
+        if outbox.path is not None and loaded.subtrees is not None:
+            loaded.subtrees.discard(outbox, outbox.path)
         if not loaded.consumers:
             self._watched.discard(loaded)
             self.broker.left(loaded)

@@ -20,6 +20,7 @@ from typing import Any
 from hub.core.consumer import ConsumerView
 from hub.core.thread import Event, Thread
 from hub.server.outbox import Outbox
+from hub.server.subtrees import Subtrees
 from hub.wire.codec import Encoding, Frame
 
 #: The epoch of a thread the store does not hold (nobody wrote it yet): reading or joining it
@@ -70,6 +71,9 @@ class LoadedThread:
     sync_cache: dict[tuple[Any, Encoding], tuple[int, list[Frame], float]] = field(
         default_factory=dict
     )
+    #: Consumers that hold a subtree (``?path=``), by path; None until the first one joins.
+    #: They are in ``consumers`` too, but fed by hub.server.subtrees, not the whole frames.
+    subtrees: Subtrees | None = None
     #: Agents connected to this thread (a thread in use is never unloaded).
     producers: int = 0
     #: Where the copy is in its life (see :class:`Life`); moved only by :meth:`become`.

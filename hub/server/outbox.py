@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from hub.core.consumer import ConsumerView, Held
+from hub.core.subtree import StatePath
 from hub.server.metrics import Metrics
 from hub.wire.codec import MSGPACK, Encoding, Frame
 from hub.wire.control import Holding
@@ -97,8 +98,11 @@ class Outbox:
         limit: int,
         slow_timeout: float,
         ident: str = "",
+        path: StatePath | None = None,
     ) -> None:
         self.socket = socket
+        #: The subtree this consumer holds (``?path=``, hub.server.subtrees); None: the state.
+        self.path = path
         self.encoding = encoding
         self.repairer = repairer
         self.metrics = metrics

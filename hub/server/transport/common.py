@@ -19,8 +19,9 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import is_thread_id
+from hub.core.subtree import StatePath, parse_path
 from hub.core.thread import Outcome
-from hub.errors import BadPath, HubError, PeerError
+from hub.errors import BadPath, BadStatePath, HubError, PeerError
 from hub.limits import TokenBucket
 from hub.server.guard import Admission, Guard
 from hub.server.http11 import HttpRequest, Stream
@@ -95,6 +96,8 @@ class Route:
     epoch: str | None
     #: The query, one value per name (the first), for the token in ``access_token``.
     query: dict[str, str]
+    #: Consumers: the subtree it holds (``?path=``, a JSON Pointer); None for the whole state.
+    path: StatePath | None = None
 
 
 def route(path: str) -> Route:
@@ -106,7 +109,8 @@ def route(path: str) -> Route:
 
 
 def match_route(path: str) -> Route | None:
-    """The thread endpoint ``path`` names, or None; :class:`BadPath` for a bad query."""
+    """The thread endpoint ``path`` names, or None; :class:`BadPath` for a bad query,
+    :class:`BadStatePath` for a bad ``?path=``."""
     if CONTROL.search(path):  # urlsplit would silently drop TAB, CR and LF: a/b -> ab
         return None
     parts = urlsplit(path)
@@ -117,7 +121,8 @@ def match_route(path: str) -> Route | None:
             since = _int_param(query, "since")
             epoch = query.get("epoch", [None])[0]
             first = {name: values[0] for name, values in query.items()}
-            return Route(role, match.group(1), since, epoch, first)
+            subtree = _path_param(query) if role == "consumer" else None
+            return Route(role, match.group(1), since, epoch, first, subtree)
     return None
 
 
@@ -128,6 +133,18 @@ def _int_param(query: dict[str, list[str]], name: str) -> int | None:
     if not re.fullmatch(r"\d{1,18}", values[0]):
         raise BadPath(f"'{name}' must be a non-negative integer")
     return int(values[0])
+
+
+def _path_param(query: dict[str, list[str]]) -> StatePath | None:
+    """The subtree a consumer asks for; :class:`BadStatePath` for a bad one (or several: one
+    per connection for now). ``""`` (or none) is the whole state."""
+    values = query.get("path")
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadStatePath("one 'path' per connection")
+    path = parse_path(values[0])
+    return path if path.parts else None
 
 
 def query_of(path: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""``ws /v1/threads/{id}``: consumers (``?since=SEQ&epoch=EPOCH`` to resume).
+"""``ws /v1/threads/{id}``: consumers (``?since=SEQ&epoch=EPOCH`` to resume, ``?path=/a/b``
+to hold only the subtree at a JSON Pointer: see hub.server.subtrees).
 
 A consumer is welcomed with the thread's position, then fed by the hub's fan-out through its
 own bounded :class:`~hub.server.outbox.Outbox`. What it sends: ``hub.resync`` (repair me),
@@ -54,11 +55,12 @@ class ConsumerEndpoint(ThreadEndpoint):
         outbox = Outbox(
             ws,
             encoding,
-            lambda view, cause: hub.repair_frames(loaded, view, cause, encoding),
+            lambda view, cause: hub.repair_frames(loaded, view, cause, encoding, target.path),
             hub.metrics,
             limit=self.config.consumer_buffer,
             slow_timeout=self.config.slow_timeout,
             ident=ident,
+            path=target.path,
         )
         thread = loaded.thread
         # Decide and subscribe first (synchronously, so no event slips by), then welcome: the

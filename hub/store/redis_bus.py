@@ -3,9 +3,11 @@
 Every append is published (by the append script, hub.store.redis) on the thread's channel as a
 header (:data:`HEADER_BYTES`: the origin node, then when it was sent) and one msgpack array of
 the events. A node skips its own appends undecoded and measures the others' lag. On Redis
-Cluster the channels are shard channels (SSUBSCRIBE). redis-py reconnects a pub/sub
-connection silently; this bus notices, resubscribes and tells the node, which catches up from
-the store (whatever was published meanwhile is gone). A message the reader cannot take (a
+Cluster the channels are shard channels (SSUBSCRIBE). On a single Redis over TCP the bus reads
+on a connection of its own whose messages hiredis parses (hub.store.resp.RespPubSub); elsewhere
+on redis-py's, which reconnects a pub/sub connection silently. Either way this bus notices a
+lost connection, resubscribes and tells the node, which catches up from the store (whatever
+was published meanwhile is gone). A message the reader cannot take (a
 peer's garbage, an old version's format) or a failing callback ends :meth:`RedisBus.run`; the
 node restarts it (see hub.server.broker), and it starts again as after a lost connection.
 
@@ -34,6 +36,7 @@ from redis.asyncio.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisError
 
 from hub.store.base import Bus, Event, Position
+from hub.store.resp import RespPubSub, connection_for
 from hub.wire.codec import pack, unpack
 
 log = logging.getLogger("agui_hub.redis")
@@ -94,9 +97,12 @@ class RedisBus(Bus):
         self._heads = HEADS_CHANNEL.encode()
         self.pubsub = self._new_pubsub()
 
-    def _new_pubsub(self) -> PubSub:
+    def _new_pubsub(self) -> PubSub | RespPubSub:
         if isinstance(self.client, RedisCluster):
             return self.client.pubsub()
+        own = connection_for(self.client)
+        if own is not None:  # a single Redis over TCP: what one read brought, parsed in C
+            return RespPubSub(own, self._connected)
         return _NotingPubSub(self.client.connection_pool, bus=self)
 
     async def _listen(self, *channels: str) -> None:
@@ -221,7 +227,7 @@ class RedisBus(Bus):
     async def _resubscribe(self) -> bool:
         """A new pub/sub connection with every channel the node follows."""
         with contextlib.suppress(Exception):
-            await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self.pubsub.aclose()
         self._connections = 0  # run() reports this reconnect itself
         self.pubsub = self._new_pubsub()
         try:
@@ -231,4 +237,4 @@ class RedisBus(Bus):
         return True
 
     async def close(self) -> None:
-        await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+        await self.pubsub.aclose()

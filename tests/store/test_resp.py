@@ -18,8 +18,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis_support import RedisServer
 
+from hub.store import resp
 from hub.store.base import transient
-from hub.store.resp import RespConnection, connection_for, pack_commands
+from hub.store.resp import RespConnection, RespPubSub, connection_for, pack_commands
 
 SCRIPT = """
 redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -150,4 +151,91 @@ async def test_a_stalled_round_trip_times_out_and_the_next_is_in_step(redis_url:
         assert await fast.execute([["LPOP", "resp:soon"], ["PING"]]) == [b"a", b"PONG"]
     finally:
         await fast.close()
+        await client.aclose()
+
+
+# -- pub/sub ------------------------------------------------------------------------------------
+
+
+async def _messages(pubsub: RespPubSub, count: int) -> list[tuple[bytes, bytes]]:
+    got: list[tuple[bytes, bytes]] = []
+    while len(got) < count:
+        message = await pubsub.get_message(timeout=5.0)
+        assert message is not None, f"only {len(got)} of {count} messages came"
+        got.append((message["channel"], message["data"]))
+    return got
+
+
+async def test_pubsub_hears_in_order_and_stops_on_unsubscribe(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    own = connection_for(client)
+    assert own is not None
+    connects: list[int] = []
+    pubsub = RespPubSub(own, lambda: connects.append(1))
+    try:
+        assert await pubsub.get_message(timeout=0.05) is None  # nothing subscribed: nothing
+        await pubsub.subscribe("resp:a", "resp:b")
+        await asyncio.sleep(0.1)  # the SUBSCRIBE has taken
+        for i in range(50):
+            await client.publish("resp:a" if i % 2 else "resp:b", f"m{i}".encode())
+        got = await _messages(pubsub, 50)
+        assert got == [(b"resp:a" if i % 2 else b"resp:b", f"m{i}".encode()) for i in range(50)]
+        await pubsub.unsubscribe("resp:a")
+        await asyncio.sleep(0.1)
+        await client.publish("resp:a", b"unheard")
+        await client.publish("resp:b", b"heard")
+        assert await _messages(pubsub, 1) == [(b"resp:b", b"heard")]
+        assert await pubsub.get_message(timeout=0.2) is None
+        assert connects == [1]  # one connection, told once
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+
+
+async def test_pubsub_killed_raises_after_what_came_before(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    own = connection_for(client)
+    assert own is not None
+    pubsub = RespPubSub(own, lambda: None)
+    try:
+        await pubsub.subscribe("resp:k")
+        await asyncio.sleep(0.1)
+        await client.publish("resp:k", b"before")
+        await asyncio.sleep(0.1)
+        assert await client.client_kill_filter(_type="pubsub") == 1
+        assert await _messages(pubsub, 1) == [(b"resp:k", b"before")]
+        with pytest.raises(RedisConnectionError) as lost:
+            await pubsub.get_message(timeout=5.0)
+        assert transient(lost.value)
+        with pytest.raises(RedisConnectionError):
+            await pubsub.subscribe("resp:other")  # never silently on a dead connection
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+
+
+async def test_pubsub_queue_is_bounded(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resp, "PUSHES_HIGH", 20)
+    client = Redis.from_url(redis_url)
+    own = connection_for(client)
+    assert own is not None
+    pubsub = RespPubSub(own, lambda: None)
+    try:
+        await pubsub.subscribe("resp:flood")
+        await asyncio.sleep(0.1)
+        async with client.pipeline(transaction=False) as pipe:
+            for i in range(2000):
+                pipe.publish("resp:flood", b"%d:" % i + b"x" * 1000)
+            await pipe.execute()
+        await asyncio.sleep(0.3)  # nobody takes: the queue fills to its bound, then waits
+        protocol = pubsub._protocol
+        assert protocol is not None and protocol.paused
+        # At most the bound and what one read brought (asyncio reads 256 KiB at most): the
+        # other ~1.7 MB wait in the kernel or in Redis.
+        assert len(protocol.pushes) < 20 + 300
+        got = await _messages(pubsub, 2000)
+        assert [data for _, data in got] == [b"%d:" % i + b"x" * 1000 for i in range(2000)]
+        assert not protocol.paused
+    finally:
+        await pubsub.aclose()
         await client.aclose()

@@ -335,6 +335,15 @@ class ThreadNotFound(PeerError):
     code = "thread_not_found"
 
 
+class ThreadDeleted(PeerError):
+    """The thread a connection is on was deleted (``DELETE /v1/threads/{id}``, on any node):
+    sent as a ``hub.error`` before the connection is closed with :data:`close_code`. Connecting
+    again joins the id anew: nothing of before resumes into it."""
+
+    code = "thread_deleted"
+    close_code = 4004
+
+
 class InvalidThreadUpdate(PeerError):
     """A change to a thread's info that is not valid: not an object, an unknown field, a
     value of the wrong type."""
@@ -345,6 +354,7 @@ class InvalidThreadUpdate(PeerError):
 ERROR_CODES.update(
     {
         "thread_not_found": "HTTP: the tenant has no thread of that id: nobody wrote it (404)",
+        "thread_deleted": "the connection's thread was deleted, on any node (close 4004)",
         "invalid_thread_update": "PATCH of a thread: an unknown field or a value of a wrong type",
         "name_too_long": "a thread's name over its limit (256 characters)",
         "metadata_too_large": "a thread's metadata over its limit (4096 bytes of JSON)",

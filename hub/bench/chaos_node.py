@@ -65,6 +65,14 @@ class FlakyBus(Bus):
     def lag(self, value: Callable[[float], None] | None) -> None:
         self.bus.lag = value  # the real bus measures it
 
+    @property
+    def deleted(self) -> Callable[[str], None] | None:
+        return self.bus.deleted
+
+    @deleted.setter
+    def deleted(self, value: Callable[[str], None] | None) -> None:
+        self.bus.deleted = value  # the real bus hears the deletes
+
     async def announce(self, heads: Mapping[str, Position]) -> None:
         await self.bus.announce(heads)
 

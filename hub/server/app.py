@@ -37,6 +37,7 @@ from hub.auth import bind_allowed, host_allowed
 from hub.errors import BadHost, BadOrigin, BadPath, BadStatePath, LimitExceeded, PeerError
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config, StartupError
+from hub.server.deletes import ThreadDeletes
 from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
@@ -93,7 +94,7 @@ class HubServer:
         ]
         self.pages: list[HttpRoute] = [
             NodePages(hub, self.guard, self),
-            ThreadsApi(hub, self.guard),
+            ThreadsApi(hub, self.guard, ThreadDeletes(hub, self.upstream)),
             ThreadView(hub, self.guard),
             HttpApi(hub, self.guard, self.upstream),
             ReceiptsRoutes(self.receipts),

@@ -36,6 +36,7 @@ import contextlib
 import logging
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hub.core.thread import Event, Thread
@@ -63,8 +64,16 @@ class Broker:
     """What a node asks about the other nodes writing the same threads. The answers here are
     a node's alone (see :class:`LocalBroker`); :class:`SharedBroker` gives the others."""
 
+    #: Called with a thread's key when another node deleted it (set by whoever drops the
+    #: node's copy: hub.server.deletes).
+    on_deleted: Callable[[str], None] = staticmethod(lambda key: None)
+
     def start(self) -> None:
         """Start listening (in the background)."""
+
+    async def announce_deleted(self, key: str) -> None:
+        """This node deleted the thread: tell the other nodes (nobody to tell on a
+        node-local store)."""
 
     async def close(self) -> None:
         """Stop listening."""
@@ -154,6 +163,7 @@ class SharedBroker(Broker):
         if self.bus is not None:
             metrics = self.metrics
             self.bus.lag = lambda seconds: metrics.observe("agui_hub_bus_lag_seconds", seconds)
+            self.bus.deleted = lambda key: self.on_deleted(key)
             self._task = asyncio.create_task(self._read(), name="bus")
             self._announcer = asyncio.create_task(self._announce(), name="announcer")
 
@@ -203,6 +213,11 @@ class SharedBroker(Broker):
             await asyncio.sleep(pause)
             delay = min(delay * 2, RESTART_MAX)
 
+    async def announce_deleted(self, key: str) -> None:
+        self._appended.pop(key, None)
+        if self.bus is not None:
+            await self.bus.announce_deleted(key)
+
     async def _announce(self) -> None:
         """Once every ``ANNOUNCE_EVERY`` seconds, the heads appended since, in one message."""
         assert self.bus is not None
@@ -221,7 +236,11 @@ class SharedBroker(Broker):
         return following is not None and (following.subscribed or following.joining > 0)
 
     def unloaded(self, loaded: LoadedThread) -> None:
-        self._following.pop(loaded, None)
+        following = self._following.pop(loaded, None)
+        if following is not None and following.subscribed:  # dropped with consumers (deleted)
+            task = asyncio.create_task(self._unfollow(loaded, following))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def subscriptions(self) -> int:
         return sum(1 for following in self._following.values() if following.subscribed)

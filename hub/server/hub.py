@@ -22,7 +22,7 @@ from typing import Any
 from hub.core.consumer import ConsumerView, Held, resume, sync_frames
 from hub.core.subtree import StatePath, snapshot_of
 from hub.core.thread import Event, Outcome, Thread
-from hub.errors import HubError, Unavailable
+from hub.errors import HubError, ThreadDeleted, Unavailable
 from hub.server.broker import Broker, LocalBroker, SharedBroker
 from hub.server.config import Config
 from hub.server.loaded import NO_EPOCH, Life, LoadedThread
@@ -222,6 +222,10 @@ class Hub:
         once and queued for the store, and the future is already done. On a shared store the
         thread's writer commits it with whatever else is waiting (see hub.server.thread_writer)."""
         started = time.monotonic()
+        if loaded.deleted:  # nothing of a deleted thread is written again (hub.server.deletes)
+            refused: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+            refused.set_result(Outcome(error=ThreadDeleted("the thread was deleted")))
+            return refused
         future = self.persistence.submit(loaded, change)
         if future.done():
             self._count(future, started)
@@ -338,7 +342,8 @@ class Hub:
         """An agent let go of the thread (its last consumer: see :meth:`detach`): it may be
         unloaded ``UNLOAD_AFTER`` seconds from now, if nothing uses it by then."""
         self._idle.pop(loaded, None)
-        self._idle[loaded] = time.monotonic()
+        if not loaded.unloaded:  # a copy dropped meanwhile (deleted) is nobody's to unload
+            self._idle[loaded] = time.monotonic()
 
     async def _compactor(self) -> None:
         """Now and then: the records of quiet threads to the store, and idle threads unloaded.
@@ -393,15 +398,22 @@ class Hub:
         in_use = in_use or self.persistence.busy(loaded) or self.broker.busy(loaded)
         if in_use or loaded.persisted_seq != loaded.thread.seq:
             return False
-        self.loaded.pop(loaded.key, None)
+        self.drop(loaded)
+        return True
+
+    def drop(self, loaded: LoadedThread) -> None:
+        """Let go of the copy: unloaded (it loads again, as a new copy, on demand), and
+        forgotten by the node (hub.server.deletes drops a deleted thread's copy this way)."""
+        if self.loaded.get(loaded.key) is loaded:
+            self.loaded.pop(loaded.key, None)
         loaded.become(Life.UNLOADED)
+        self._watched.discard(loaded)
         for order in (self._changed, self._idle):
             order.pop(loaded, None)
         self._retry.discard(loaded)
         self.persistence.unloaded(loaded)
         self.broker.unloaded(loaded)
         self.on_unload(loaded.key)
-        return True
 
     # -- consumers ------------------------------------------------------------------------------
 

@@ -91,6 +91,10 @@ class LoadedThread:
     #: Shared stores: the writer's working copy, ahead of ``thread`` by the batch in flight
     #: (see hub.server.thread_writer); None until this node writes, or after a commit failed.
     draft: Thread | None = None
+    #: The thread was deleted (on this node or another): the copy takes no more changes.
+    deleted: bool = False
+    #: Agent connections on the thread (closed when it is deleted): socket -> its encoding.
+    agents: dict[Any, Encoding] = field(default_factory=dict)
 
     @property
     def unloaded(self) -> bool:

@@ -279,6 +279,20 @@ class Outbox:
             self._task.cancel()
         self._closing = asyncio.create_task(self._close_slow())
 
+    async def end(self, frame: Frame, code: int, reason: str) -> None:
+        """Send ``frame`` (a ``hub.error``) after nothing else, then close with ``code``: the
+        consumer's thread is gone (deleted), so its backlog is dropped, not sent."""
+        self.closed = True
+        self._queue.clear()
+        self._bytes = 0
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self._send(frame)
+        await self._close(code, reason)
+
     async def _close_slow(self) -> None:
         await self._close(CLOSE_SLOW, "consumer too slow")
 

@@ -50,7 +50,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from hub.core.thread import Event, Outcome, Thread
-from hub.errors import HubInternalError, Unavailable
+from hub.errors import HubInternalError, ThreadDeleted, Unavailable
 from hub.server.config import Config
 from hub.server.loaded import NO_EPOCH, LoadedThread, new_epoch
 from hub.server.metrics import Metrics
@@ -134,12 +134,19 @@ class Persistence(ABC):
             self.compact(loaded)
 
     def compact(self, loaded: LoadedThread) -> None:
+        if loaded.deleted:  # nothing of a deleted thread is written again (hub.server.deletes)
+            self._unsaved.pop(loaded, None)
+            return
         if self._unsaved.pop(loaded, 0) and loaded.key not in self._failed:
             thread = loaded.thread
             position = (thread.seq, thread.epoch)
             self._write(("record", loaded.key, (pack(thread.to_record()), position)))
 
     # -- the queue ------------------------------------------------------------------------------
+
+    async def settle(self) -> None:
+        """Wait until every write queued so far is in the store (or failed for good)."""
+        await self._writes.join()
 
     def _write(self, item: tuple[str, str, Any]) -> None:
         self._writes.put(item)
@@ -321,6 +328,11 @@ class LocalPersistence(Persistence):
         joined it with no epoch, take the epoch of its first event."""
         pending = self._pending.pop(loaded, [])
         self._applied_at[loaded] = asyncio.get_running_loop().time()
+        if loaded.deleted:  # submitted just before the delete: refused, nothing stored
+            for _, future in pending:
+                if not future.done():
+                    future.set_result(Outcome(error=ThreadDeleted("the thread was deleted")))
+            return
         thread = loaded.thread
         first = not loaded.in_store
         if first:

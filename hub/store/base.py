@@ -258,6 +258,13 @@ class Bus(ABC):
     #: the bus can tell; set by the node (its ``agui_hub_bus_lag_seconds``).
     lag: Callable[[float], None] | None = None
 
+    #: Called with a thread's key when another node deleted it (see :meth:`announce_deleted`);
+    #: set by the node.
+    deleted: Callable[[str], None] | None = None
+
+    async def announce_deleted(self, thread_id: str) -> None:  # noqa: B027 - optional
+        """Tell every other node that this one deleted the thread (they drop their copies)."""
+
     @abstractmethod
     async def announce(self, heads: Mapping[str, Position]) -> None:
         """Tell every other node, in one message, where these threads stand now (the ones this

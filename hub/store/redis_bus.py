@@ -55,6 +55,10 @@ RECONNECT_MAX = 0.5
 #: The node-wide channel of :meth:`RedisBus.announce` (a hash tag of its own: on a cluster it
 #: is one shard channel, on the shard that owns the tag).
 HEADS_CHANNEL = "agui:{heads}"
+#: The node-wide channel of :meth:`RedisBus.announce_deleted`: the origin, then the deleted
+#: thread's key (UTF-8). Every node listens to it, whether it follows the thread or not (an
+#: agent's node follows nothing), as to the heads channel.
+DELETED_CHANNEL = "agui:{deleted}"
 
 
 class _NotingPubSub(PubSub):
@@ -95,6 +99,7 @@ class RedisBus(Bus):
         #: run() was called before (a restart starts on a new connection).
         self._ran = False
         self._heads = HEADS_CHANNEL.encode()
+        self._deleted = DELETED_CHANNEL.encode()
         self.pubsub = self._new_pubsub()
 
     def _new_pubsub(self) -> PubSub | RespPubSub:
@@ -160,6 +165,13 @@ class RedisBus(Bus):
         else:
             await self.client.publish(HEADS_CHANNEL, self.origin + body)
 
+    async def announce_deleted(self, thread_id: str) -> None:
+        body = self.origin + thread_id.encode()
+        if self.sharded:
+            await self.client.spublish(DELETED_CHANNEL, body)
+        else:
+            await self.client.publish(DELETED_CHANNEL, body)
+
     async def run(
         self,
         deliver: Callable[[str, list[Event]], None],
@@ -180,7 +192,7 @@ class RedisBus(Bus):
             # The heads channel is always listened to; the threads' channels as they are
             # followed (on the same pub/sub connection: nothing subscribed meanwhile is lost).
             try:
-                await self._listen(HEADS_CHANNEL)
+                await self._listen(HEADS_CHANNEL, DELETED_CHANNEL)
                 broken = False
             except (RedisError, OSError):
                 broken = True  # Redis is down at start: the reconnect loop below takes over
@@ -213,6 +225,12 @@ class RedisBus(Bus):
                         {k: (int(p[0]), str(p[1])) for k, p in unpack(data[ORIGIN_BYTES:]).items()}
                     )
                 continue
+            if channel == self._deleted:
+                data = message["data"]
+                deleted = self.deleted
+                if data[:ORIGIN_BYTES] != self.origin and deleted is not None:
+                    deleted(bytes(data[ORIGIN_BYTES:]).decode())
+                continue
             thread_id = self._threads.get(channel)
             if thread_id is not None:
                 data = message["data"]
@@ -231,7 +249,8 @@ class RedisBus(Bus):
         self._connections = 0  # run() reports this reconnect itself
         self.pubsub = self._new_pubsub()
         try:
-            await self._listen(HEADS_CHANNEL, *(self.channel_of(t) for t in self._refs))
+            followed = (self.channel_of(t) for t in self._refs)
+            await self._listen(HEADS_CHANNEL, DELETED_CHANNEL, *followed)
         except (RedisError, OSError):
             return False
         return True

@@ -60,6 +60,7 @@ class AgentEndpoint(ThreadEndpoint):
         thread = loaded.thread
         self.producers += 1
         loaded.producers += 1
+        loaded.agents[ws] = encoding  # closed from there if the thread is deleted
         try:
             stored = await hub.store.load_session(loaded.key)
         except Exception as exc:  # an outage is one line for the node; anything else a stack
@@ -103,6 +104,7 @@ class AgentEndpoint(ThreadEndpoint):
                 await answers
             self.producers -= 1
             loaded.producers -= 1
+            loaded.agents.pop(ws, None)
             hub.released(loaded)
             thread = loaded.thread  # a reload may have replaced the copy meanwhile
             if thread.run_id is not None and thread.run_id in state.runs:

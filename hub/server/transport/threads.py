@@ -13,6 +13,10 @@ same for a shared store.
   (1 to 256 characters, or null), ``archived`` (a bool), ``metadata`` (a JSON object of at
   most 4096 bytes, or null): the thread as listed after. ``404 thread_not_found`` for a thread
   nobody wrote; ``400`` ``invalid_thread_update``, ``name_too_long``, ``metadata_too_large``.
+- ``DELETE /v1/threads/{id}`` (scope ``write``): ``204``; the thread's state, log, session and
+  listing gone from the store, and from every node (:mod:`hub.server.deletes`): its
+  connections get ``hub.error`` ``thread_deleted`` and close 4004. ``404 thread_not_found``
+  for a thread nobody wrote.
 
 Authentication first, before anything about the threads is answered, as on every route.
 """
@@ -24,6 +28,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, NoReturn
 
+from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from hub.auth import READ, WRITE, Principal, is_thread_id
@@ -37,6 +42,7 @@ from hub.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from hub.server.deletes import ThreadDeletes
 from hub.server.guard import Guard
 from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
@@ -57,9 +63,10 @@ QUERY = ("limit", "cursor", "agent", "archived", "access_token")
 class ThreadsApi:
     """The routes above (an :class:`~hub.server.transport.common.HttpRoute`)."""
 
-    def __init__(self, hub: Hub, guard: Guard) -> None:
+    def __init__(self, hub: Hub, guard: Guard, deletes: ThreadDeletes) -> None:
         self.hub = hub
         self.guard = guard
+        self.deletes = deletes
 
     async def respond(self, request: HttpRequest) -> Response | None:
         path = request.path
@@ -71,6 +78,8 @@ class ThreadsApi:
                 return await self._list(request)
             if match and is_thread_id(match.group(1)) and request.method == "PATCH":
                 return await self._patch(request, match.group(1))
+            if match and is_thread_id(match.group(1)) and request.method == "DELETE":
+                return await self._delete(request, match.group(1))
         except HubError as exc:
             return error_response(exc)
         return None  # GET /v1/threads/{id} is ThreadView's
@@ -117,6 +126,26 @@ class ThreadsApi:
             raise
         guard.leave(admission)
         return json_response(HTTPStatus.OK, listed(info))
+
+    async def _delete(self, request: HttpRequest, thread_id: str) -> Response:
+        guard = self.guard
+        admission = guard.admit(request.headers, request.query, thread_id, WRITE)
+        try:
+            guard.check_write(thread_id)
+            guard.rate(guard.edit_bucket(), admission.principal.tenant)
+            try:
+                found = await self.deletes.delete(admission.key)
+            except HubError:
+                raise
+            except Exception as exc:
+                self._failed(exc, "store failed deleting thread %s", admission.key)
+            if not found:
+                raise ThreadNotFound("the tenant has no thread of that id (nobody wrote it)")
+        except BaseException:
+            guard.abandon(admission)
+            raise
+        guard.leave(admission)
+        return Response(HTTPStatus.NO_CONTENT.value, HTTPStatus.NO_CONTENT.phrase, Headers(), b"")
 
     def _changes(self, request: HttpRequest) -> dict[str, Any]:
         kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()

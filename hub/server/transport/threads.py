@@ -23,7 +23,9 @@ Authentication first, before anything about the threads is answered, as on every
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, NoReturn
@@ -43,7 +45,7 @@ from hub.errors import (
     UnsupportedMediaType,
 )
 from hub.server.deletes import ThreadDeletes
-from hub.server.guard import Guard
+from hub.server.guard import Admission, Guard
 from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
 from hub.server.transport.common import CONSUMER_PATH, error_response, json_response
@@ -106,12 +108,23 @@ class ThreadsApi:
             self.guard.scope_for("consumer", thread_id)
         )
 
-    async def _patch(self, request: HttpRequest, thread_id: str) -> Response:
+    @contextlib.contextmanager
+    def _writing(self, request: HttpRequest, thread_id: str) -> Iterator[Admission]:
+        """Admit a change to ``thread_id`` (scope write, the token's threads, the edit rate),
+        and release the admission however the change ends."""
         guard = self.guard
         admission = guard.admit(request.headers, request.query, thread_id, WRITE)
         try:
             guard.check_write(thread_id)
             guard.rate(guard.edit_bucket(), admission.principal.tenant)
+            yield admission
+        except BaseException:
+            guard.abandon(admission)
+            raise
+        guard.leave(admission)
+
+    async def _patch(self, request: HttpRequest, thread_id: str) -> Response:
+        with self._writing(request, thread_id) as admission:
             changes = self._changes(request)
             try:
                 info = await self.hub.store.update_thread(admission.key, **changes)
@@ -121,18 +134,10 @@ class ThreadsApi:
                 self._failed(exc, "store failed changing thread %s", admission.key)
             if info is None:
                 raise ThreadNotFound("the tenant has no thread of that id (nobody wrote it)")
-        except BaseException:
-            guard.abandon(admission)
-            raise
-        guard.leave(admission)
         return json_response(HTTPStatus.OK, listed(info))
 
     async def _delete(self, request: HttpRequest, thread_id: str) -> Response:
-        guard = self.guard
-        admission = guard.admit(request.headers, request.query, thread_id, WRITE)
-        try:
-            guard.check_write(thread_id)
-            guard.rate(guard.edit_bucket(), admission.principal.tenant)
+        with self._writing(request, thread_id) as admission:
             try:
                 found = await self.deletes.delete(admission.key)
             except HubError:
@@ -141,10 +146,6 @@ class ThreadsApi:
                 self._failed(exc, "store failed deleting thread %s", admission.key)
             if not found:
                 raise ThreadNotFound("the tenant has no thread of that id (nobody wrote it)")
-        except BaseException:
-            guard.abandon(admission)
-            raise
-        guard.leave(admission)
         return Response(HTTPStatus.NO_CONTENT.value, HTTPStatus.NO_CONTENT.phrase, Headers(), b"")
 
     def _changes(self, request: HttpRequest) -> dict[str, Any]:

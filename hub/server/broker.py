@@ -320,6 +320,11 @@ class SharedBroker(Broker):
             return False
         return True
 
+    def gone(self, loaded: LoadedThread) -> None:
+        """A writer found the thread deleted in the store: forget the copy as when the bus
+        says another node deleted it."""
+        self.on_deleted(loaded.key)
+
     async def try_create(self, loaded: LoadedThread) -> bool:
         """The thread's first write on this node, and the store holds no such thread as far
         as the copy knows: create it unless another node did first (atomic, so every node

@@ -19,8 +19,9 @@ see :mod:`hub.server.persistence`), so a ``since``/``epoch`` of before never res
 Receipts are not thread data: they stay.
 
 An agent on another node that writes in the very instant of the delete, before that node heard
-of it, creates the id anew (as any write after the delete would): a new epoch, and its
-connection is closed as soon as its node hears of the delete.
+of it, does not bring the thread back: that node's append finds the thread gone from the store
+(its copy had it), refuses the frames with ``thread_deleted`` and drops the copy as in step 5
+(hub.server.thread_writer). Only a write after that creates the id anew.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from collections import deque
 from typing import Protocol
 
 from hub.core.thread import Event, Outcome
-from hub.errors import StoreConflict, Unavailable, UnknownThread
+from hub.errors import StoreConflict, ThreadDeleted, Unavailable, UnknownThread
 from hub.server.loaded import LoadedThread
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
@@ -60,6 +60,10 @@ SETTLE_MAX = 1.0
 
 class _Lost(Exception):
     """The append's outcome is unknown: the store did not answer."""
+
+
+class _Gone(Exception):
+    """The store holds nothing of a thread this copy had from it: it was deleted."""
 
 
 class _Raced(Exception):
@@ -85,6 +89,9 @@ class Follower(Protocol):
     async def try_create(self, loaded: LoadedThread) -> bool:
         """Create the thread nobody wrote yet in the store (or take another node's), and
         reload it; False if the store cannot be reached."""
+
+    def gone(self, loaded: LoadedThread) -> None:
+        """The store no longer holds the thread (deleted): the node forgets its copy."""
 
 
 class ThreadWriter:
@@ -177,6 +184,8 @@ class ThreadWriter:
                     if not await shared.try_reload(loaded):
                         return _refused(changes, "the store is unavailable")
                     continue
+                except _Gone:
+                    return self._gone(changes)
                 except _Lost:
                     loaded.draft = None
                 else:
@@ -186,6 +195,8 @@ class ThreadWriter:
             try:
                 if await self._settle(events):
                     return outcomes
+            except _Gone:
+                return self._gone(changes)
             except _Abandoned:
                 return _refused(changes, "the node stopped before the store answered")
             # The store answered that it holds something else there: apply again.
@@ -199,8 +210,8 @@ class ThreadWriter:
         except StoreConflict as exc:
             self.metrics.inc("agui_hub_append_conflicts_total")
             raise _Raced from exc
-        except UnknownThread as exc:  # the log was lost: a new epoch
-            raise _Raced from exc
+        except UnknownThread as exc:  # deleted (by another node, say) since the copy was read
+            raise _Gone from exc
         except Exception as exc:
             self.metrics.inc("agui_hub_append_failures_total")
             if transient(exc):
@@ -211,6 +222,17 @@ class ThreadWriter:
             raise _Lost from exc
         self.health.ok = True
         self.health.reached()
+
+    def _gone(self, changes: list[Change]) -> list[Outcome]:
+        """The thread was deleted while this node still had it (an agent writing here in the
+        instant another node served the delete, before the bus told this one): nothing of the
+        batch is stored, and the copy is not written back as a new thread. The changes are
+        refused, and the node forgets the copy as if the bus had said it (hub.server.deletes)."""
+        loaded = self.loaded
+        loaded.draft = None
+        loaded.deleted = True
+        self.follower.gone(loaded)
+        return [Outcome(error=ThreadDeleted("the thread was deleted")) for _ in changes]
 
     async def _settle(self, events: list[Event]) -> bool:
         """Send a batch in doubt again until the store answers. True: it is stored (and

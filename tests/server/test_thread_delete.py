@@ -218,3 +218,35 @@ async def test_a_delete_on_one_node_closes_its_connections_and_forgets_the_threa
     await write(hub, "doomed")
     async with httpx.AsyncClient(base_url=hub.http, timeout=TIMEOUT, trust_env=False) as http:
         assert await epoch_of(http, "doomed") != old_epoch
+
+
+async def test_a_write_racing_a_delete_it_was_not_told_of_does_not_bring_the_thread_back(
+    start_hub: Callable[..., HubProcess], secret_file: str, redis_server: RedisServer
+) -> None:
+    """The race of a delete served by another node: the thread goes from the store while this
+    node's agent writes and before the bus tells it. Here the delete is the store's alone (no
+    node announces it), so the node can only find out by its next append."""
+    from hub.store.redis import RedisStore
+
+    a = start_hub("--jwt-secret-file", secret_file, "--node", "a", store=redis_server.url)
+    url = f"{a.ws}/v1/threads/doomed/agent?access_token={token('agent')}"
+    async with Producer(url) as agent:
+        await agent.send({"type": "RUN_STARTED", "threadId": "doomed", "runId": "r1"})
+        assert await agent.flush(TIMEOUT) == []
+        watcher = await consumer(a, "doomed")
+        store = await RedisStore.open(redis_server.url)
+        try:
+            assert await store.delete_thread("acme/doomed")
+        finally:
+            await store.close()
+        assert redis_leftovers(redis_server.url, "doomed") == []
+        with contextlib.suppress(Exception):
+            await agent.send(
+                {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/late", "value": 1}]}
+            )
+            await agent.flush(TIMEOUT)
+        frames, code = await until_closed(watcher)
+        assert errors(frames)[-1:] == ["thread_deleted"] and code == 4004
+        assert all(f.get("type") != "STATE_DELTA" for f in frames)  # the late write never went out
+    await asyncio.sleep(0.3)
+    assert redis_leftovers(redis_server.url, "doomed") == []  # not created anew from the copy

@@ -263,3 +263,8 @@ async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> Non
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+#: The HS256 secret of tests whose hubs verify tokens (tests/server/conftest.py writes it to a
+#: file for ``--jwt-secret-file``; the tests mint their tokens with it).
+TEST_SECRET = "a-test-secret-that-is-long-enough-for-hs256"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,13 @@ import pytest
 import redis
 from agui_hub_client import Producer
 from redis_support import RedisServer
-from support import HubProcess
+from support import TEST_SECRET, HubProcess
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from hub.auth import mint_token
 
-SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+SECRET = TEST_SECRET
 TIMEOUT = 10.0
 
 
@@ -36,20 +36,6 @@ def token(*scopes: str, threads: list[str] | None = None) -> str:
 
 WRITE = {"Authorization": f"Bearer {token('write')}"}
 READ = {"Authorization": f"Bearer {token('read')}"}
-
-
-@pytest.fixture
-def secret_file(tmp_path: Path) -> str:
-    path = tmp_path / "secret"
-    path.write_text(SECRET)
-    return str(path)
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
 
 
 async def consumer(hub: HubProcess, thread_id: str) -> ClientConnection:

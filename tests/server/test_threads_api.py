@@ -18,11 +18,11 @@ import httpx
 import pytest
 from agui_hub_client import Producer
 from redis_support import RedisServer
-from support import HubProcess
+from support import TEST_SECRET, HubProcess
 
 from hub.auth import mint_token
 
-SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+SECRET = TEST_SECRET
 TIMEOUT = 10.0
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -37,20 +37,6 @@ def bearer(value: str) -> dict[str, str]:
 
 READ = bearer(token("read"))
 WRITE = bearer(token("write"))
-
-
-@pytest.fixture
-def secret_file(tmp_path: Path) -> str:
-    path = tmp_path / "secret"
-    path.write_text(SECRET)
-    return str(path)
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])

@@ -106,8 +106,9 @@ class HubProcess:
         assert status == 200, body
         return json.loads(body)  # type: ignore[no-any-return]
 
-    def metric(self, name: str, **labels: str) -> float:
-        _, body = self.get("/metrics")
+    def metric(self, name: str, token: str | None = None, **labels: str) -> float:
+        """A series' value on /metrics (0 when absent); ``token`` for a hub with auth on."""
+        _, body = self.get_with("/metrics", token)
         label = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         series = f"{name}{{{label}}}" if labels else name
         for line in body.splitlines():

@@ -64,9 +64,10 @@ class Broker:
     """What a node asks about the other nodes writing the same threads. The answers here are
     a node's alone (see :class:`LocalBroker`); :class:`SharedBroker` gives the others."""
 
-    #: Called with a thread's key when another node deleted it (set by whoever drops the
-    #: node's copy: hub.server.deletes).
-    on_deleted: Callable[[str], None] = staticmethod(lambda key: None)
+    #: Called with a thread's key and why when the node's copy must go: ``peer`` (another
+    #: node deleted it) or ``store`` (a write found it gone from the store). Set by whoever
+    #: drops the node's copy: hub.server.deletes.
+    on_deleted: Callable[[str, str], None] = staticmethod(lambda key, cause: None)
 
     def start(self) -> None:
         """Start listening (in the background)."""
@@ -163,7 +164,7 @@ class SharedBroker(Broker):
         if self.bus is not None:
             metrics = self.metrics
             self.bus.lag = lambda seconds: metrics.observe("agui_hub_bus_lag_seconds", seconds)
-            self.bus.deleted = lambda key: self.on_deleted(key)
+            self.bus.deleted = lambda key: self.on_deleted(key, "peer")
             self._task = asyncio.create_task(self._read(), name="bus")
             self._announcer = asyncio.create_task(self._announce(), name="announcer")
 
@@ -323,7 +324,7 @@ class SharedBroker(Broker):
     def gone(self, loaded: LoadedThread) -> None:
         """A writer found the thread deleted in the store: forget the copy as when the bus
         says another node deleted it."""
-        self.on_deleted(loaded.key)
+        self.on_deleted(loaded.key, "store")
 
     async def try_create(self, loaded: LoadedThread) -> bool:
         """The thread's first write on this node, and the store holds no such thread as far

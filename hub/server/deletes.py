@@ -42,6 +42,8 @@ log = logging.getLogger("agui_hub.threads")
 
 #: What consumers and agents of a deleted thread are closed with (docs/protocol.md).
 CLOSE_DELETED = ThreadDeleted.close_code
+#: The counter of deletes, by cause (hub.server.metrics).
+DELETED = "agui_hub_threads_deleted_total"
 
 
 class ThreadDeletes:
@@ -67,13 +69,17 @@ class ThreadDeletes:
             log.warning("telling the other nodes that thread %s is deleted failed: %s", key, exc)
         if loaded is not None:
             await self._drop(loaded)
+        if found:
+            hub.metrics.inc(DELETED, cause="request")
         return found
 
-    def _heard(self, key: str) -> None:
-        """Another node deleted the thread (called by the bus reader; never blocks)."""
+    def _heard(self, key: str, cause: str) -> None:
+        """Another node deleted the thread, or a write found it gone from the store (called
+        by the bus reader and the writer; never blocks)."""
         loaded = self.hub.loaded.get(key)
         if loaded is None:
             return
+        self.hub.metrics.inc(DELETED, cause=cause)
         task = asyncio.create_task(self._forget(loaded))
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -552,6 +552,12 @@ class Hub:
             *self.store.gauges(),
             ("agui_hub_threads", "Threads loaded on this node.", {}, float(len(self.loaded))),
             (
+                "agui_hub_threads_running",
+                "Threads loaded on this node with a run open.",
+                {},
+                float(sum(1 for loaded in self.loaded.values() if loaded.thread.run_id)),
+            ),
+            (
                 "agui_hub_bus_subscriptions",
                 "Threads this node listens to on the bus.",
                 {},

@@ -49,6 +49,11 @@ COUNTERS = {
         "Store writes of the node's persister that failed, by kind: transient (each attempt, "
         "retried) or permanent (the thread is no longer stored on this node)."
     ),
+    "agui_hub_threads_deleted_total": (
+        "Threads deleted, by cause: request (a DELETE this node served and the store held "
+        "the thread), peer (another node's delete dropped this node's copy), store (a write "
+        "found the thread gone from the store and dropped the copy)."
+    ),
     "agui_hub_bus_reader_restarts_total": (
         "Restarts of the node's bus reader after it failed (each followed by a catch-up)."
     ),

@@ -28,6 +28,7 @@ from hub.auth import mint_token
 
 SECRET = TEST_SECRET
 TIMEOUT = 10.0
+DELETED = "agui_hub_threads_deleted_total"
 
 
 def token(*scopes: str, threads: list[str] | None = None) -> str:
@@ -139,6 +140,7 @@ async def test_a_delete_reaches_both_nodes_and_leaves_nothing_in_redis(
             stop = asyncio.Event()
             writer = asyncio.create_task(writing(agent, stop))
             await wait_seq(on_b, 3)  # the agent's writes reach node B's consumer live
+            assert a.metric("agui_hub_threads_running", token("admin")) == 1.0
             assert redis_leftovers(redis_server.url, "doomed")  # the probe sees it before
 
             response = await http_b.delete("/v1/threads/doomed", headers=WRITE)
@@ -151,6 +153,11 @@ async def test_a_delete_reaches_both_nodes_and_leaves_nothing_in_redis(
             await asyncio.sleep(0.5)  # anything in flight would have landed by now
             assert redis_leftovers(redis_server.url, "doomed") == []
             assert (await http_a.delete("/v1/threads/doomed", headers=WRITE)).status_code == 404
+            admin = token("admin")
+            assert b.metric(DELETED, admin, cause="request") == 1.0  # the 404 counts nothing
+            assert a.metric(DELETED, admin, cause="request") == 0.0
+            assert a.metric(DELETED, admin, cause="peer") == 1.0  # node A's copy went
+            assert a.metric("agui_hub_threads_running", admin) == 0.0
 
             await kept_a.send(json.dumps({"type": "hub.ping"}))  # still open: untouched
             assert kept_a.close_code is None
@@ -236,3 +243,4 @@ async def test_a_write_racing_a_delete_it_was_not_told_of_does_not_bring_the_thr
         assert all(f.get("type") != "STATE_DELTA" for f in frames)  # the late write never went out
     await asyncio.sleep(0.3)
     assert redis_leftovers(redis_server.url, "doomed") == []  # not created anew from the copy
+    assert a.metric(DELETED, token("admin"), cause="store") == 1.0

@@ -135,6 +135,12 @@ def _int_param(query: dict[str, list[str]], name: str) -> int | None:
     return int(values[0])
 
 
+def subtree_param(target: str) -> StatePath | None:
+    """The ``?path=`` of a request target (any consumer's: WebSocket or SSE); see
+    :func:`_path_param`."""
+    return _path_param(parse_qs(urlsplit(target).query))
+
+
 def _path_param(query: dict[str, list[str]]) -> StatePath | None:
     """The subtree a consumer asks for; :class:`BadStatePath` for a bad one (or several: one
     per connection for now). ``""`` (or none) is the whole state."""

@@ -41,7 +41,7 @@ from hub.errors import (
 from hub.server.guard import Admission, Guard
 from hub.server.http11 import BodyWriter, HttpRequest, Stream
 from hub.server.hub import Hub
-from hub.server.transport.common import THREAD_ID, error_response, json_response
+from hub.server.transport.common import THREAD_ID, error_response, json_response, subtree_param
 from hub.server.transport.streams import (
     SSE_HEADERS,
     RunSink,
@@ -239,6 +239,7 @@ class HttpApi:
         admission = self._admit(request, thread_id, write=False)  # while the stream lasts
         try:
             since, epoch = _resume_point(request)
+            path = subtree_param(request.target)
             loaded = await self.hub.load(admission.key)
             await self.hub.follow(loaded)
         except BaseException:
@@ -248,7 +249,7 @@ class HttpApi:
 
         async def stream(writer: BodyWriter) -> None:
             try:
-                await serve_events(hub, loaded, writer, since, epoch)
+                await serve_events(hub, loaded, writer, since, epoch, path)
             finally:
                 guard.leave(admission)
 

@@ -26,6 +26,7 @@ import contextlib
 import itertools
 from typing import Any
 
+from hub.core.subtree import StatePath
 from hub.core.thread import Thread
 from hub.server.http11 import BodyWriter
 from hub.server.hub import Hub
@@ -192,16 +193,20 @@ class RunSink(EventSink):
         return None  # hub replies are not the run's events
 
 
-def outbox_for(hub: Hub, loaded: LoadedThread, sink: EventSink, prefix: str) -> Outbox:
+def outbox_for(
+    hub: Hub, loaded: LoadedThread, sink: EventSink, prefix: str, path: StatePath | None = None
+) -> Outbox:
+    """An SSE consumer's outbox; ``path``: it holds that subtree only (hub.server.subtrees)."""
     config = hub.config
     return Outbox(
         sink,
         JSON,
-        lambda view, cause: hub.repair_frames(loaded, view, cause, JSON),
+        lambda view, cause: hub.repair_frames(loaded, view, cause, JSON, path),
         hub.metrics,
         limit=config.consumer_buffer,
         slow_timeout=config.slow_timeout,
         ident=f"{prefix}{next(_ids)}",
+        path=path,
     )
 
 
@@ -224,10 +229,12 @@ async def serve_events(
     writer: BodyWriter,
     since: int | None,
     epoch: str | None,
+    path: StatePath | None = None,
 ) -> None:
-    """One SSE consumer of ``loaded``, from its welcome until the stream is over."""
+    """One SSE consumer of ``loaded`` (of its subtree at ``path``, if given), from its
+    welcome until the stream is over."""
     sink = EventSink(writer)
-    outbox = outbox_for(hub, loaded, sink, "s")
+    outbox = outbox_for(hub, loaded, sink, "s", path)
     thread = loaded.thread
     position = (thread.thread_id, thread.seq, thread.epoch, hub.config.node)
     await sink.write(f"retry: {RETRY_MS}\n\n".encode())

@@ -37,6 +37,8 @@ export class HubClient extends Emitter {
    * @param {Function} [options.EventSource] an EventSource constructor (sse; default the global)
    * @param {Function} [options.fetch] the Fetch API (sse: runs over HTTP; default the global)
    * @param {object} [options.backoff] `{initial, max, factor, jitter}` (ms) for reconnects
+   * @param {string} [options.path] hold only the subtree of the state at this JSON Pointer
+   *   (`/panels/revenue`): `state` is that subtree, kept by the hub's filtered frames
    */
   constructor(options = {}) {
     super();
@@ -44,6 +46,8 @@ export class HubClient extends Emitter {
     this.url = url.href;
     this.thread = thread;
     this.token = options.token ?? null;
+    /** The JSON Pointer of the subtree this client holds (`?path=`), or null: the whole state. */
+    this.path = options.path ?? null;
     this.encoding = checkEncoding(options.encoding ?? "json");
     this._transport = transportFor(options, this.encoding);
     /** 'websocket' | 'sse' */

@@ -65,6 +65,7 @@ export class Connection {
       if (client.encoding === "msgpack") this._msgpack ??= await loadMsgpack();
       const [since, epoch] = client.mirror.resumePosition();
       url = client._transport.url(client.url);
+      if (client.path !== null) url.searchParams.set("path", client.path);
       if (since !== null) {
         url.searchParams.set("since", String(since));
         url.searchParams.set("epoch", epoch);

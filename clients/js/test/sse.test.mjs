@@ -9,6 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
+import WebSocket from "ws";
+
 import { HubClient, HubRunError } from "../src/agui-hub.js";
 import { AgentServer } from "../test-support/agents.mjs";
 import { EventSource } from "../test-support/event-source.mjs";
@@ -214,6 +216,31 @@ describe("HubClient over SSE on a real hub", { skip: hubMissing() ?? false }, ()
     ]);
     assert.throws(() => client.run(""), TypeError);
   });
+
+  for (const transport of ["sse", "websocket"]) {
+    test(`with a path (${transport}) it holds that subtree, through a reconnect`, async () => {
+      const thread = threadId(`sse-path-${transport}`);
+      const agent = await Agent.open(hub, thread);
+      const outside = { type: "STATE_DELTA", delta: [{ op: "add", path: "/other", value: 1 }] };
+      agent.send(START, section("one"), outside);
+      await agent.flush();
+      const client = open(hub, thread, { path: "/doc", transport, WebSocket });
+      let view = await hub.thread(thread);
+      await client.whenSynced(view.seq, { timeout: TIMEOUT });
+      assert.deepEqual(client.state, view.state.doc);
+      assert.match(client.socket.url, /[?&]path=%2Fdoc(&|$)/);
+      client.disconnect();
+      agent.send(section("two"), outside);
+      await agent.flush();
+      view = await hub.thread(thread);
+      await client.whenSynced(view.seq, { timeout: TIMEOUT });
+      assert.deepEqual(client.state, { title: "Draft", sections: ["one", "two"] });
+      assert.deepEqual(client.state, view.state.doc);
+      assert.deepEqual(client.resyncs, {});
+      await client.close();
+      await agent.close();
+    });
+  }
 
   test("edits need the WebSocket; a closed client's run is refused with `closed`", async () => {
     const client = open(hub, threadId("sse-edit"));

@@ -59,6 +59,17 @@ def with_position(url: str, since: int | None, epoch: str | None) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def with_subtree(url: str, path: str | None) -> str:
+    """``url`` subscribing to the subtree at JSON Pointer ``path`` (``?path=``; the hub
+    checks it), or ``url`` itself when ``path`` is None."""
+    if path is None:
+        return url
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "path"]
+    query.append(("path", path))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 def hub_control(frame: Event) -> tuple[str, Any] | None:
     """``(name, value)`` of a hub control frame (a ``CUSTOM`` event named ``hub.*``), else None."""
     if frame.get("type") == "CUSTOM":

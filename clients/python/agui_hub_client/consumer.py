@@ -33,6 +33,7 @@ from agui_hub_client._wire import (
     pack,
     unpack,
     with_position,
+    with_subtree,
 )
 from agui_hub_client.errors import ClientError, ConnectionLost, HandshakeFailed, RunNotSeen
 from agui_hub_client.http_runs import HttpRuns
@@ -82,6 +83,9 @@ class Consumer:
         headers: HTTP headers for every connection and request (e.g. ``Authorization``).
         since, epoch: start from a known position instead of a fresh join. Pass the
             ``state`` and ``messages`` held at that position too.
+        path: hold only the subtree of the thread's state at this JSON Pointer (e.g.
+            ``"/panels/revenue"``): :attr:`state` is that subtree, kept by the hub's
+            filtered frames (docs/protocol.md, "Subscribing to part of the state").
         reconnect: reconnect after a disconnect (default True).
         max_retries: give up after this many failed reconnect attempts in a row (None: never).
         backoff, max_backoff: first and largest delay between reconnect attempts, in seconds.
@@ -121,6 +125,7 @@ class Consumer:
         headers: Mapping[str, str] | None = None,
         since: int | None = None,
         epoch: str | None = None,
+        path: str | None = None,
         state: Any = None,
         messages: list[dict[str, Any]] | None = None,
         reconnect: bool = True,
@@ -137,7 +142,7 @@ class Consumer:
         trust_env: bool = True,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.urls = [url] if isinstance(url, str) else list(url)
+        self.urls = [with_subtree(u, path) for u in ([url] if isinstance(url, str) else url)]
         if not self.urls:
             raise ValueError("at least one URL is needed")
         if transport not in TRANSPORTS:

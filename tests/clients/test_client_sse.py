@@ -321,3 +321,28 @@ async def test_what_the_hub_refuses_over_http_is_a_run_error_with_its_code(
             await viewer.cancel("any")
         assert cancel_forbidden.value.code == "forbidden"
     assert agent.inputs == []
+
+
+@pytest.mark.parametrize("transport", ["websocket", "sse"])
+async def test_a_consumer_given_a_path_mirrors_that_subtree_across_a_reconnect(
+    hub_process: str, thread_id: str, hub_view: View, transport: str
+) -> None:
+    """``Consumer(path=...)``: its state is the subtree, on either transport, and stays so
+    through a dropped connection and its resume."""
+    url = f"{hub_process}/v1/threads/{thread_id}"
+    options: dict[str, Any] = {"backoff": 0.05, "max_backoff": 0.3, "path": "/doc"}
+    async with (
+        Producer(f"{url}/agent") as agent,
+        Consumer(url, transport=transport, **options) as part,
+    ):
+        await publish(agent, START, set_counter(1))
+        outside = {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1}]}
+        await publish(agent, outside)
+        await part.wait_for_seq(agent.acked_seq, TIMEOUT)
+        assert part.state == {"title": "Draft", "n": 1}
+        await part.disconnect()
+        await publish(agent, set_counter(2), outside)
+        hub = await hub_view(hub_process, thread_id)
+        await part.wait_for_seq(hub["seq"], TIMEOUT)
+        assert part.reconnects == 1 and part.resyncs == {}
+        assert part.state == hub["state"]["doc"] == {"title": "Draft", "n": 2}

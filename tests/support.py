@@ -269,3 +269,5 @@ async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> Non
 #: The HS256 secret of tests whose hubs verify tokens (tests/server/conftest.py writes it to a
 #: file for ``--jwt-secret-file``; the tests mint their tokens with it).
 TEST_SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+#: Lifetime of the tests' tokens: those minted at import must outlive a whole suite run.
+TOKEN_TTL = 6 * 3600

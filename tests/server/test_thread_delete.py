@@ -20,7 +20,7 @@ import pytest
 import redis
 from agui_hub_client import Producer
 from redis_support import RedisServer
-from support import TEST_SECRET, HubProcess
+from support import TEST_SECRET, TOKEN_TTL, HubProcess
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -32,7 +32,7 @@ DELETED = "agui_hub_threads_deleted_total"
 
 
 def token(*scopes: str, threads: list[str] | None = None) -> str:
-    return mint_token(SECRET, "HS256", "acme", "tester", scopes, threads, ttl=600)
+    return mint_token(SECRET, "HS256", "acme", "tester", scopes, threads, ttl=TOKEN_TTL)
 
 
 WRITE = {"Authorization": f"Bearer {token('write')}"}

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from agui_hub_client import Producer
 from redis_support import RedisServer
-from support import TEST_SECRET, HubProcess
+from support import TEST_SECRET, TOKEN_TTL, HubProcess
 
 from hub.auth import mint_token
 
@@ -28,7 +28,7 @@ RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def token(*scopes: str, tenant: str = "acme", threads: list[str] | None = None) -> str:
-    return mint_token(SECRET, "HS256", tenant, "tester", scopes, threads, ttl=600)
+    return mint_token(SECRET, "HS256", tenant, "tester", scopes, threads, ttl=TOKEN_TTL)
 
 
 def bearer(value: str) -> dict[str, str]:
@@ -244,7 +244,7 @@ async def test_the_token_decides_who_may_list_and_change_and_which_tenant(
     hub = start_hub("--jwt-secret-file", secret_file)
     await write(hub, "doc-a", a_run("doc-a"))
     await write(hub, "doc-b", a_run("doc-b"))
-    other_writer = bearer(mint_token(SECRET, "HS256", "other", "o", ["agent"], ttl=600))
+    other_writer = bearer(mint_token(SECRET, "HS256", "other", "o", ["agent"], ttl=TOKEN_TTL))
     url = f"{hub.ws}/v1/threads/doc-z/agent?access_token={other_writer['Authorization'][7:]}"
     async with Producer(url) as agent:  # another tenant's thread
         await agent.send({"type": "CUSTOM", "name": "n", "value": 1})

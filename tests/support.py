@@ -18,12 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgpack
 import pytest
 from ci_rule import under_ci
 from websockets.asyncio.client import ClientConnection, connect
 
 from hub.wire.events import EVENT_ADAPTER
+from hub.wire.sse import SSEParser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -271,3 +273,44 @@ async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> Non
 TEST_SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 #: Lifetime of the tests' tokens: those minted at import must outlive a whole suite run.
 TOKEN_TTL = 6 * 3600
+
+
+class SseReader:
+    """An SSE stream read with the hub's own parser, keeping each event's ``id`` too."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.chunks = response.aiter_bytes()
+        self.raw = bytearray()
+        self.parser = SSEParser()
+        #: Every event parsed so far; ``events`` are those handed out by :meth:`next`.
+        self.parsed: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+
+    async def next(self, timeout: float = 10.0) -> dict[str, Any]:
+        async def one() -> dict[str, Any]:
+            while len(self.parsed) <= len(self.events):
+                chunk = await anext(self.chunks)
+                self.raw += chunk
+                self.parsed += [json.loads(data) for data in self.parser.feed(chunk)]
+            self.events.append(self.parsed[len(self.events)])
+            return self.events[-1]
+
+        return await asyncio.wait_for(one(), timeout)
+
+    async def until(self, done: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        start = len(self.events)
+        while True:
+            event = await self.next()
+            if done(event):
+                return self.events[start:]
+
+    def ids(self) -> list[str]:
+        return [
+            line[4:] for line in bytes(self.raw).decode().split("\n") if line.startswith("id: ")
+        ]
+
+    def last_id(self) -> str | None:
+        """The last ``id:`` the stream gave: what an EventSource would resume from."""
+        ids = self.ids()
+        return ids[-1] if ids else None

@@ -6,7 +6,6 @@ subtree the agent never touches still follows the thread's seq, and resumes."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import json
@@ -16,12 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from support import Client, HubProcess, Mirror, is_custom, seq_of
+from support import Client, HubProcess, Mirror, SseReader, is_custom, seq_of
 from websockets.exceptions import InvalidStatus
 
 from hub.core.patch import Document, apply_patch
 from hub.core.subtree import parse_path, snapshot_of
-from hub.wire.sse import SSEParser
 
 from .test_wire import consumer, producer
 
@@ -183,28 +181,6 @@ async def test_a_bad_path_is_refused_with_400(hub: HubProcess, path: str) -> Non
     assert json.loads(response.body)["code"] == "bad_path"
 
 
-class SseConsumer:
-    """An SSE consumer (``GET /v1/threads/{id}/events``), its frames parsed by the hub's own
-    SSE parser, and the last ``id:`` it was given (what an EventSource resumes from)."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.chunks = response.aiter_bytes()
-        self.parser = SSEParser()
-        self.pending: list[dict[str, Any]] = []
-        self.last_id: str | None = None
-
-    async def recv(self, timeout: float = 10.0) -> dict[str, Any]:
-        async def one() -> dict[str, Any]:
-            while not self.pending:
-                chunk = await anext(self.chunks)
-                ids = [line[4:] for line in chunk.decode().split("\n") if line.startswith("id: ")]
-                self.last_id = ids[-1] if ids else self.last_id
-                self.pending += [json.loads(data) for data in self.parser.feed(chunk)]
-            return self.pending.pop(0)
-
-        return await asyncio.wait_for(one(), timeout)
-
-
 async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
     start_hub: Callable[..., HubProcess],
 ) -> None:
@@ -226,12 +202,12 @@ async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
                 http.stream("GET", f"/v1/threads/t/events?path={path}")
             )
             assert response.status_code == 200
-            streams[path] = SseConsumer(response)
+            streams[path] = SseReader(response)
         mirrors = {path: Mirror() for path in paths}
         for path, stream in streams.items():  # the welcome, then the join as of now
-            assert is_custom(await stream.recv(), "hub.welcome")
+            assert is_custom(await stream.next(), "hub.welcome")
             while mirrors[path].seq < 1:
-                mirrors[path].apply(await stream.recv())
+                mirrors[path].apply(await stream.next())
         for i in range(2, 152):
             ops = random_ops(rng, model.root, i)
             apply_patch(model, ops)
@@ -242,10 +218,10 @@ async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
         for path, stream in streams.items():
             mirror = mirrors[path]
             while mirror.seq < last:
-                mirror.apply(await stream.recv())
+                mirror.apply(await stream.next())
             assert mirror.doc.root == snapshot_of(model.root, parse_path(path)), path
-            assert stream.last_id is not None and stream.last_id.endswith(f":{last}")
-        resume_from = streams["/panels/a"].last_id
+            assert (stream.last_id() or "").endswith(f":{last}")
+        resume_from = streams["/panels/a"].last_id()
 
     # Written while nobody listens: one write inside the subtree, one outside.
     await agent.send({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1}]})
@@ -257,21 +233,21 @@ async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
         httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http,
         http.stream("GET", "/v1/threads/t/events?path=/panels/a", headers=headers) as response,
     ):
-        stream = SseConsumer(response)
-        welcome = await stream.recv()
+        stream = SseReader(response)
+        welcome = await stream.next()
         # A subtree's resume is its snapshot as of now (docs/protocol.md), not a replay.
         assert welcome["value"]["resumed"] is False
         mirror = Mirror()
         while mirror.seq < last + 2:
-            mirror.apply(await stream.recv())
+            mirror.apply(await stream.next())
         assert mirror.doc.root == snapshot_of(model.root, parse_path("/panels/a")) | {"late": 2}
         elsewhere = {"op": "add", "path": "/y", "value": 3}
         await agent.send({"type": "STATE_DELTA", "delta": [elsewhere]})
-        live = await stream.recv()
+        live = await stream.next()
         while live["type"] != "STATE_DELTA":  # the rest of the repair (MESSAGES_SNAPSHOT)
-            live = await stream.recv()
+            live = await stream.next()
         assert seq_of(live) == last + 3 and live["delta"] == []  # outside: its position only
-        assert stream.last_id is not None and stream.last_id.endswith(f":{last + 3}")
+        assert (stream.last_id() or "").endswith(f":{last + 3}")
 
 
 async def test_a_bad_path_on_an_event_stream_is_refused_with_400(hub: HubProcess) -> None:

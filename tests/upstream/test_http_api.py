@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from agents import AgentServer
-from support import Client, HubProcess, is_custom
+from support import Client, HubProcess, SseReader, is_custom
 from test_runs import SECRET, agent_args, agent_got, consumer, run_end, run_events, user
 
 from hub.auth import mint_token
@@ -29,42 +29,6 @@ def hub(start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
 async def http(hub: HubProcess) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as client:
         yield client
-
-
-class SseReader:
-    """An SSE stream read with the hub's own parser, keeping each event's ``id`` too."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.response = response
-        self.chunks = response.aiter_bytes()
-        self.raw = bytearray()
-        self.parser = SSEParser()
-        #: Every event parsed so far; ``events`` are those handed out by :meth:`next`.
-        self.parsed: list[dict[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
-
-    async def next(self, timeout: float = 10.0) -> dict[str, Any]:
-        async def one() -> dict[str, Any]:
-            while len(self.parsed) <= len(self.events):
-                chunk = await anext(self.chunks)
-                self.raw += chunk
-                self.parsed += [json.loads(data) for data in self.parser.feed(chunk)]
-            self.events.append(self.parsed[len(self.events)])
-            return self.events[-1]
-
-        return await asyncio.wait_for(one(), timeout)
-
-    async def until(self, done: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
-        start = len(self.events)
-        while True:
-            event = await self.next()
-            if done(event):
-                return self.events[start:]
-
-    def ids(self) -> list[str]:
-        return [
-            line[4:] for line in bytes(self.raw).decode().split("\n") if line.startswith("id: ")
-        ]
 
 
 def joined(event: dict[str, Any], at: int) -> bool:

@@ -8,6 +8,10 @@
 - ``POST   /v1/agents/{name}``              an AG-UI agent endpoint for ``HttpAgent``: a
   ``RunAgentInput`` in, this run's events out as ``text/event-stream``; every other consumer
   of the thread sees the run live
+- ``POST   /v1/agents/{name}/connect``      AG-UI ``connect``: a ``RunAgentInput`` (only its
+  ``threadId`` is read) in; the thread's history compacted into one run, then its open run
+  live until it ends, as ``text/event-stream`` (scope ``read``; ``Last-Event-ID`` resumes
+  inside the open run)
 - ``GET    /v1/threads/{id}/events``        a consumer over ``text/event-stream``
   (``Last-Event-ID`` or ``?since=&epoch=`` resumes; see hub.server.transport.streams)
 
@@ -47,6 +51,7 @@ from hub.server.transport.streams import (
     RunSink,
     outbox_for,
     parse_last_event_id,
+    serve_connect,
     serve_events,
     until_done,
 )
@@ -58,6 +63,7 @@ RUNS_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/runs$")
 RUN_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/runs/([^/]{{1,256}})$")
 EVENTS_PATH = re.compile(rf"^/v1/threads/({THREAD_ID})/events$")
 AGENT_PATH = re.compile(r"^/v1/agents/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
+CONNECT_PATH = re.compile(r"^/v1/agents/([A-Za-z0-9][A-Za-z0-9._-]{0,127})/connect$")
 
 
 def _thread(match: re.Match[str] | None) -> str | None:
@@ -93,6 +99,9 @@ class HttpApi:
             if (agent := AGENT_PATH.match(path)) is not None:
                 _only(request, "POST")
                 return await self._agent(request, agent.group(1))
+            if CONNECT_PATH.match(path) is not None:
+                _only(request, "POST")
+                return await self._connect(request)
         except HubError as exc:
             return error_response(exc)
         return None
@@ -230,6 +239,37 @@ class HttpApi:
                 hub.detach(loaded, outbox)
                 await outbox.stop()
                 self.guard.leave(admission)
+
+        return Stream(HTTPStatus.OK.value, list(SSE_HEADERS), stream)
+
+    # -- connect --------------------------------------------------------------------------------
+
+    async def _connect(self, request: HttpRequest) -> Stream:
+        # The caller first, as for the HttpAgent endpoint. The agent's name is not checked:
+        # connect reads the thread, whoever writes it (an --agent of this hub or an agent
+        # connected over WebSocket).
+        principal = self.guard.authenticate(request.headers, request.query)
+        body = self._json(request)
+        thread_id = body.get("threadId") if isinstance(body, dict) else None
+        if not isinstance(thread_id, str) or not is_thread_id(thread_id):
+            raise PeerError("the body's threadId is missing or not a valid thread id")
+        admission = self._admit(request, thread_id, write=False, principal=principal)
+        hub = self.hub
+        try:
+            since, epoch = _resume_point(request)
+            loaded = await hub.load(admission.key)
+            await hub.follow(loaded)
+            await hub.refresh(loaded)
+        except BaseException:
+            self.guard.abandon(admission)
+            raise
+        guard = self.guard
+
+        async def stream(writer: BodyWriter) -> None:
+            try:
+                await serve_connect(hub, loaded, writer, since, epoch)
+            finally:
+                guard.leave(admission)
 
         return Stream(HTTPStatus.OK.value, list(SSE_HEADERS), stream)
 

@@ -151,8 +151,7 @@ class RunSink(EventSink):
             "snapshot": thread.state,
             "metadata": {"hub": {"seq": thread.seq, "epoch": thread.epoch, "sync": True}},
         }
-        data = encode(event, JSON)
-        self._snapshot = (thread.seq, sse.message(data.encode() if isinstance(data, str) else data))
+        self._snapshot = (thread.seq, sse.message(_data(event)))
 
     async def send_frames(self, frames: list[Frame]) -> None:
         parts = [part for frame in frames if (part := self._part(frame)) is not None]
@@ -191,6 +190,88 @@ class RunSink(EventSink):
 
     async def send(self, message: str | bytes, *, text: bool | None = None) -> None:
         return None  # hub replies are not the run's events
+
+
+class ConnectSink(EventSink):
+    """AG-UI ``connect``: the thread's history, then its open run live until it ends.
+
+    What CopilotKit's runners and ``AbstractAgent.connectAgent`` expect from ``connect``,
+    built from the consumer stream (so it is repaired, conflated and resumed the same way):
+
+    - a thread with no open run: its history as one run, ``RUN_STARTED`` (the id of the last
+      run the thread had, or ``history``), ``STATE_SNAPSHOT``, ``MESSAGES_SNAPSHOT``,
+      ``RUN_FINISHED``; then the stream is done. Earlier runs are compacted into that one:
+      the log may no longer hold them, and their outcome is the thread's state and messages.
+    - a thread with a run open: the join, which begins with that run's ``RUN_STARTED`` and
+      holds everything before it (state, messages, the text streamed so far), then the run's
+      live events until its ``RUN_FINISHED`` or ``RUN_ERROR``; then done.
+    - a thread nobody wrote yet: nothing; done.
+
+    The hub's own ``CUSTOM`` frames are left out (heartbeats go on as SSE comments). With
+    ``in_run`` the caller resumes inside the open run (``Last-Event-ID``): only the events
+    after its position come, as for an SSE consumer."""
+
+    def __init__(self, thread: Thread, *, in_run: bool = False) -> None:
+        super().__init__()
+        self._thread = thread
+        #: "idle" (nothing sent yet), "run" (inside a run of the thread), "history" (inside
+        #: the compacted history run), "done".
+        self._state = "run" if in_run else "idle"
+        self._history_id = ""
+
+    async def send_frames(self, frames: list[Frame]) -> None:
+        parts = [part for frame in frames if (part := self._part(frame)) is not None]
+        if parts:
+            await self.write(b"".join(parts))
+        if self._state == "done":
+            self.done.set()
+
+    def _part(self, frame: Frame) -> bytes | None:
+        event = frame.event
+        kind = event.get("type")
+        if self._state == "done":
+            return None
+        if kind == "CUSTOM" and str(event.get("name", "")).startswith("hub."):
+            return sse_form(frame) if event.get("name") == control.HEARTBEAT else None
+        position = _position(event)
+        if self._state == "idle":
+            if position is not None and position.get("epoch") is None:
+                self._state = "done"  # nobody wrote the thread yet: no history, no run
+                return None
+            if kind != "RUN_STARTED":
+                self._state = "history"
+                self._history_id = self._thread.last_run_id or "history"
+                started = {
+                    "type": "RUN_STARTED",
+                    "threadId": self._thread.thread_id,
+                    "runId": self._history_id,
+                }
+                return sse.message(_data(started)) + sse_form(frame)
+            self._state = "run"
+        elif kind in ("RUN_FINISHED", "RUN_ERROR"):
+            self._state = "done"
+        return sse_form(frame)
+
+    async def repaired(self, last: Frame) -> None:
+        if self._state == "history":
+            self._state = "done"
+            finished = {
+                "type": "RUN_FINISHED",
+                "threadId": self._thread.thread_id,
+                "runId": self._history_id,
+            }
+            await self.write(sse.message(_data(finished)))
+            self.done.set()
+            return
+        await super().repaired(last)
+
+    async def send(self, message: str | bytes, *, text: bool | None = None) -> None:
+        return None  # hub replies are not the thread's events
+
+
+def _data(event: dict[str, Any]) -> bytes:
+    data = encode(event, JSON)
+    return data.encode() if isinstance(data, str) else data
 
 
 def outbox_for(
@@ -242,6 +323,34 @@ async def serve_events(
     cause = hub.attach(loaded, outbox, since, epoch)
     try:
         await sink.send_frames([Frame(control.welcome(*position, resumed=cause is None))])
+        outbox.start()
+        await until_done(sink, writer)
+    except ConnectionError:
+        pass
+    finally:
+        hub.detach(loaded, outbox)
+        await outbox.stop()
+
+
+async def serve_connect(
+    hub: Hub, loaded: LoadedThread, writer: BodyWriter, since: int | None, epoch: str | None
+) -> None:
+    """One AG-UI ``connect`` of ``loaded`` (see :class:`ConnectSink`), until it is done.
+
+    A caller that names a position inside the open run (same epoch, the log holds it, no
+    run began or ended since) resumes from there; any other is answered as a new connect:
+    the history's snapshots take it to now whatever it held."""
+    thread = loaded.thread
+    in_run = False
+    if since is not None and epoch == thread.epoch and thread.run is not None:
+        missed = thread.since(since)
+        bounds = ("RUN_STARTED", "RUN_FINISHED", "RUN_ERROR")
+        in_run = missed is not None and not any(e["type"] in bounds for e in missed)
+    sink = ConnectSink(thread, in_run=in_run)
+    sink.bind(writer)
+    outbox = outbox_for(hub, loaded, sink, "c")
+    hub.attach(loaded, outbox, since if in_run else None, epoch if in_run else None)
+    try:
         outbox.start()
         await until_done(sink, writer)
     except ConnectionError:

@@ -142,6 +142,13 @@ class Persistence(ABC):
             position = (thread.seq, thread.epoch)
             self._write(("record", loaded.key, (pack(thread.to_record()), position)))
 
+    def update_info(self, loaded: LoadedThread, **changes: Any) -> None:
+        """Set fields of the thread's list entry (:mod:`hub.store.threads`, e.g. the agent of
+        its latest run) once what was submitted of the thread before is in the store: in
+        order behind its writes, so its first write has created the entry by then."""
+        if not loaded.deleted:
+            self._write(("info", loaded.key, changes))
+
     # -- the queue ------------------------------------------------------------------------------
 
     async def settle(self) -> None:
@@ -212,6 +219,9 @@ class Persistence(ABC):
                 continue  # nothing after a failed write: the store keeps a prefix, no holes
             if kind == "append":
                 pending.setdefault(thread_id, []).extend(payload)
+            elif kind == "info":
+                await drain()
+                await self._retry(thread_id, self._update_info, thread_id, payload)
             elif kind == "create":
                 await drain()
                 await self._retry(thread_id, self._create, thread_id, payload)
@@ -219,6 +229,16 @@ class Persistence(ABC):
                 await drain()
                 await self._retry(thread_id, self.store.save_record, thread_id, *payload)
         await drain()
+
+    async def _update_info(self, thread_id: str, changes: dict[str, Any]) -> None:
+        """A list entry's change: one the store refuses is logged, never a failure of the
+        thread's writes (only a store that cannot be reached is tried again)."""
+        try:
+            await self.store.update_thread(thread_id, **changes)
+        except Exception as exc:
+            if transient(exc):
+                raise
+            log.warning("the store refused a change of thread %s's entry: %s", thread_id, exc)
 
     async def _create(self, thread_id: str, record: bytes) -> None:
         """A thread's first write: the store starts it, before its first events. The node

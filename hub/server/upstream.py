@@ -184,6 +184,8 @@ class Upstream:
         loaded.producers += 1  # keeps the thread loaded while the run lasts
         task = asyncio.create_task(self._run(loaded, target, run_id, dict(built)))
         self.runs[(loaded.key, run_id)] = task
+        # The thread's list entry names the agent of its latest run (GET /v1/threads).
+        self.hub.persistence.update_info(loaded, agent=command.agent)
         return {"threadId": thread_id, "runId": run_id}
 
     async def cancel(self, loaded: LoadedThread, run_id: str) -> None:

@@ -326,6 +326,12 @@ async def test_http_agent_on_one_node_and_consumers_on_the_other_end_in_the_same
         # the tab added itself (u3) where it had it, first, so only the order differs.
         by_id = sorted(plain(late["messages"]), key=lambda m: m["id"])
         assert by_id == sorted(view["messages"], key=lambda m: m["id"])
+        # Both nodes list the thread with the agent of its latest run (stored in Redis).
+        for node in (a, b):
+            status, body = node.get("/v1/threads")
+            assert status == 200, body
+            listed = {t["id"]: t for t in json.loads(body)["threads"]}
+            assert listed[thread]["agent"] == "counter", listed[thread]
     finally:
         await ws.stop()
         await sse.stop()

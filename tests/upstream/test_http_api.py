@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from agents import AgentServer
-from support import Client, HubProcess, SseReader, is_custom
+from support import Client, HubProcess, SseReader, eventually, is_custom
 from test_runs import SECRET, agent_args, agent_got, consumer, run_end, run_events, user
 
 from hub.auth import mint_token
@@ -63,6 +63,36 @@ async def test_post_starts_a_run_that_every_consumer_sees(
     view = hub.thread("h-run")
     assert view["state"] == {"runs": 1, "log": ["run 1"]}
     assert [m["id"] for m in view["messages"]] == ["u1", f"m-{started['runId']}"]
+
+
+def listed_agent(hub: HubProcess, thread_id: str) -> str | None:
+    status, body = hub.get("/v1/threads")
+    assert status == 200, body
+    entry = next(t for t in json.loads(body)["threads"] if t["id"] == thread_id)
+    agent: str | None = entry["agent"]
+    return agent
+
+
+async def test_the_thread_list_names_the_agent_of_each_threads_latest_run(
+    hub: HubProcess, http: httpx.AsyncClient
+) -> None:
+    watcher = await consumer(hub, "h-listed")
+    for agent in ("counter", "quiet"):
+        response = await http.post("/v1/threads/h-listed/runs", json={"agent": agent})
+        assert response.status_code == 202, response.text
+        await run_end(watcher, response.json()["runId"])
+        # Stored in order behind the run's events (a local store writes behind the fan-out).
+        await eventually(lambda name=agent: listed_agent(hub, "h-listed") == name)
+    other = await consumer(hub, "h-other")
+    await run_end(
+        other,
+        (await http.post("/v1/threads/h-other/runs", json={"agent": "counter"})).json()["runId"],
+    )
+    await eventually(lambda: listed_agent(hub, "h-other") == "counter")
+    by_agent = (await http.get("/v1/threads?agent=quiet")).json()["threads"]
+    assert [t["id"] for t in by_agent] == ["h-listed"]
+    by_agent = (await http.get("/v1/threads?agent=counter")).json()["threads"]
+    assert [t["id"] for t in by_agent] == ["h-other"]
 
 
 async def test_two_runs_started_at_once_give_one_409_and_delete_cancels(

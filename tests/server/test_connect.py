@@ -48,8 +48,14 @@ async def publish(agent: Client, events: list[dict[str, Any]], acked: int) -> in
 class Connect:
     """One ``connect`` read to its end (bounded): its events, ids, and how it ended."""
 
-    def __init__(self, hub: HubProcess, thread: str, headers: dict[str, str] | None = None):
-        self.hub, self.thread, self.headers = hub, thread, headers or {}
+    def __init__(
+        self,
+        hub: HubProcess,
+        thread: str,
+        headers: dict[str, str] | None = None,
+        query: str = "",
+    ):
+        self.hub, self.thread, self.headers, self.query = hub, thread, headers or {}, query
         self.events: list[dict[str, Any]] = []
         self.ids: list[str] = []
         self.status: int | None = None
@@ -60,7 +66,7 @@ class Connect:
             httpx.AsyncClient(base_url=self.hub.http, timeout=TIMEOUT, trust_env=False) as http,
             http.stream(
                 "POST",
-                "/v1/agents/writer/connect",
+                f"/v1/agents/writer/connect{self.query}",
                 json={"threadId": self.thread, "runId": "ignored", "state": {}, "messages": []},
                 headers=self.headers,
             ) as response,
@@ -90,13 +96,13 @@ def judged(stream: list[dict[str, Any]], hub: HubProcess, thread: str) -> dict[s
 
 
 async def connect_at(
-    hub: HubProcess, thread: str, events: list[dict[str, Any]], cut: int
+    hub: HubProcess, thread: str, events: list[dict[str, Any]], cut: int, query: str = ""
 ) -> list[dict[str, Any]]:
     """Publish ``events[:cut]``, connect, publish the rest; what the connect got."""
     agent = await Client.open(f"{hub.ws}/v1/threads/{thread}/agent")
     await agent.recv()
     acked = await publish(agent, events[:cut], 0)
-    connect = Connect(hub, thread)
+    connect = Connect(hub, thread, query=query)
     reading = asyncio.create_task(connect.read())
     await asyncio.wait_for(connect.first.wait(), TIMEOUT)
     await publish(agent, events[cut:], acked)
@@ -119,6 +125,22 @@ async def test_a_connect_at_every_point_of_a_run_is_accepted_and_follows_it_to_i
         if cut == len(RUN):  # the run had ended: its history, compacted, and nothing live
             assert types == ["RUN_STARTED", "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
         judged(stream, hub, thread)
+
+
+async def test_a_connect_to_a_subtree_at_every_point_holds_exactly_that_subtree(
+    hub: HubProcess, installed: None
+) -> None:
+    for cut in (2, 5, 12, len(RUN)):
+        thread = f"c-path-{cut}"
+        stream = await connect_at(hub, thread, scripted(thread), cut, query="?path=/doc")
+        assert stream[0]["type"] == "RUN_STARTED" and stream[-1]["type"] == "RUN_FINISHED"
+        result = harness.replay(stream)
+        assert result["ok"], (cut, result.get("error"), [e["type"] for e in stream])
+        view = hub.thread(thread)
+        assert result["state"] == view["state"]["doc"], cut  # the subtree, nothing else
+        assert without_positions(result["messages"]) == view["messages"]
+        deltas = [e["delta"] for e in stream if e["type"] == "STATE_DELTA"]
+        assert all(not op["path"].startswith("/doc") for ops in deltas for op in ops)
 
 
 async def test_a_thread_nobody_wrote_connects_to_nothing_and_completes(hub: HubProcess) -> None:

@@ -11,7 +11,7 @@
 - ``POST   /v1/agents/{name}/connect``      AG-UI ``connect``: a ``RunAgentInput`` (only its
   ``threadId`` is read) in; the thread's history compacted into one run, then its open run
   live until it ends, as ``text/event-stream`` (scope ``read``; ``Last-Event-ID`` resumes
-  inside the open run)
+  inside the open run; ``?path=`` for a subtree of the state)
 - ``GET    /v1/threads/{id}/events``        a consumer over ``text/event-stream``
   (``Last-Event-ID`` or ``?since=&epoch=`` resumes; see hub.server.transport.streams)
 
@@ -257,6 +257,7 @@ class HttpApi:
         hub = self.hub
         try:
             since, epoch = _resume_point(request)
+            path = subtree_param(request.target)
             loaded = await hub.load(admission.key)
             await hub.follow(loaded)
             await hub.refresh(loaded)
@@ -267,7 +268,7 @@ class HttpApi:
 
         async def stream(writer: BodyWriter) -> None:
             try:
-                await serve_connect(hub, loaded, writer, since, epoch)
+                await serve_connect(hub, loaded, writer, since, epoch, path)
             finally:
                 guard.leave(admission)
 

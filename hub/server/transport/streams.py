@@ -333,22 +333,29 @@ async def serve_events(
 
 
 async def serve_connect(
-    hub: Hub, loaded: LoadedThread, writer: BodyWriter, since: int | None, epoch: str | None
+    hub: Hub,
+    loaded: LoadedThread,
+    writer: BodyWriter,
+    since: int | None,
+    epoch: str | None,
+    path: StatePath | None = None,
 ) -> None:
-    """One AG-UI ``connect`` of ``loaded`` (see :class:`ConnectSink`), until it is done.
+    """One AG-UI ``connect`` of ``loaded`` (see :class:`ConnectSink`), until it is done;
+    ``path``: of that subtree of the state only (hub.server.subtrees).
 
     A caller that names a position inside the open run (same epoch, the log holds it, no
     run began or ended since) resumes from there; any other is answered as a new connect:
-    the history's snapshots take it to now whatever it held."""
+    the history's snapshots take it to now whatever it held (a subtree's connect always is:
+    it resumes with the subtree's snapshot, as an SSE consumer of a subtree does)."""
     thread = loaded.thread
     in_run = False
-    if since is not None and epoch == thread.epoch and thread.run is not None:
+    if since is not None and epoch == thread.epoch and thread.run is not None and path is None:
         missed = thread.since(since)
         bounds = ("RUN_STARTED", "RUN_FINISHED", "RUN_ERROR")
         in_run = missed is not None and not any(e["type"] in bounds for e in missed)
     sink = ConnectSink(thread, in_run=in_run)
     sink.bind(writer)
-    outbox = outbox_for(hub, loaded, sink, "c")
+    outbox = outbox_for(hub, loaded, sink, "c", path)
     hub.attach(loaded, outbox, since if in_run else None, epoch if in_run else None)
     try:
         outbox.start()

@@ -16,10 +16,25 @@
 // wrapped here in a synthetic run: RUN_STARTED with the runId runAgent was given, the events,
 // then RUN_FINISHED, which is closed before a real RUN_STARTED comes through.
 //
+// HubHttpAgent: the official HttpAgent on the hub's AG-UI endpoint, no WebSocket. Its run() is
+// HttpAgent's (POST /v1/agents/{NAME}); its connect() POSTs the same request to
+// /v1/agents/{NAME}/connect, so connectAgent() on a tab that reloads gets the thread's history
+// and, if a run is open, follows it to its end:
+//
+//   import { HubHttpAgent } from "agui-hub-client/agent";
+//   const agent = new HubHttpAgent({ url: "http://127.0.0.1:8787/v1/agents/demo", threadId: "doc-1" });
+//   await agent.connectAgent();                           // agent.state, agent.messages: the thread's
+//
 // Unlike the core module (agui-hub.js), this one imports @ag-ui/client and rxjs, so in a
 // browser it needs a bundler or an import map.
 
-import { AbstractAgent } from "@ag-ui/client";
+import {
+  AbstractAgent,
+  enforceOutgoingInput,
+  HttpAgent,
+  runHttpRequest,
+  transformHttpEventStream,
+} from "@ag-ui/client";
 import { Observable } from "rxjs";
 
 import { HubClient } from "./client.js";
@@ -259,5 +274,45 @@ export class HubAgent extends AbstractAgent {
         client.close();
       };
     });
+  }
+}
+
+/**
+ * The hub's connect endpoint for an agent endpoint URL: `/connect` appended to its path, its
+ * query (`?access_token=`) and fragment kept. Relative URLs stay relative.
+ */
+export function connectUrl(url) {
+  const text = String(url);
+  const cut = text.search(/[?#]/);
+  const path = cut < 0 ? text : text.slice(0, cut);
+  const rest = cut < 0 ? "" : text.slice(cut);
+  return `${path.replace(/\/+$/, "")}/connect${rest}`;
+}
+
+/**
+ * The official HttpAgent on the hub's `POST /v1/agents/{NAME}` (config as HttpAgent's: `url`,
+ * `headers`, `fetch`, `threadId`, ...), plus AG-UI `connect` over HTTP: connect() POSTs the
+ * request run() would (requestInit(input): the same headers, the same fetch) to `${url}/connect`
+ * and reads the answer exactly as HttpAgent.run does. The hub answers with the thread's history
+ * as one run (an idle thread), or with the open run from its start and then live until it ends,
+ * or with nothing (a thread nobody wrote); the stream ends by itself, and connectAgent() with it.
+ */
+export class HubHttpAgent extends HttpAgent {
+  /** Where connect() posts: `${url}/connect`. */
+  get connectUrl() {
+    return connectUrl(this.url);
+  }
+
+  connect(input) {
+    return transformHttpEventStream(
+      runHttpRequest(() => this.fetch(this.connectUrl, this.requestInit(enforceOutgoingInput(input)))),
+      this.debugLogger,
+    );
+  }
+
+  /** As HttpAgent.runAgent: a fresh AbortController (or the caller's) for this request. */
+  connectAgent(parameters, subscriber) {
+    this.abortController = parameters?.abortController ?? new AbortController();
+    return super.connectAgent(parameters, subscriber);
   }
 }

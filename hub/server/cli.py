@@ -35,6 +35,7 @@ from hub.secrets_scan import SecretPolicy
 from hub.server import logs, settings
 from hub.server.config import AgentTarget, Config, StartupError
 from hub.server.settings import count, port, seconds, store_url
+from hub.wire.control import RUN_POLICIES
 
 #: Where the HS256 secret may come from instead of a file (keeps it out of ``ps``).
 SECRET_ENV = "AGUI_HUB_JWT_SECRET"
@@ -158,8 +159,10 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         "--agent",
         action="append",
         default=[],
-        metavar="NAME=URL",
-        help="an AG-UI HTTP endpoint the hub may run as NAME (repeat)",
+        metavar="NAME=URL[,policy=P]",
+        help="an AG-UI HTTP endpoint the hub may run as NAME (repeat); P: what a new run does "
+        "while the thread has one open: reject (409 run_in_progress, the default) or supersede "
+        "(the open run is cancelled, then the new one starts)",
     )
     agents.add_argument(
         "--agent-header",
@@ -255,8 +258,15 @@ def _agents(
     """``--agent NAME=URL`` with its ``--agent-header NAME=H:V`` and ``--agent-token-file
     NAME=PATH``. Only http(s) URLs; a header or token for an agent not named is an error."""
     urls: dict[str, str] = {}
+    policies: dict[str, str] = {}
     for spec in specs:
         name, _, url = spec.partition("=")
+        url, _, policy = url.partition(",policy=")
+        if policy and policy not in RUN_POLICIES:
+            raise ConfigError(
+                f"--agent {name}: policy must be one of {', '.join(RUN_POLICIES)}, got {policy!r}"
+            )
+        policies[name] = policy or "reject"
         if not name or not url.startswith(("http://", "https://")) or not _has_host(url):
             raise ConfigError(f"--agent needs NAME=http(s)://HOST[:PORT]/PATH, got {spec!r}")
         if name in urls:
@@ -282,7 +292,10 @@ def _agents(
         if not token or any(c in token for c in "\r\n"):
             raise ConfigError(f"the token file of agent {name!r} must hold one token")
         headers[name].append(("Authorization", f"Bearer {token}"))
-    return {name: AgentTarget(name, url, tuple(headers[name])) for name, url in urls.items()}
+    return {
+        name: AgentTarget(name, url, tuple(headers[name]), policies[name])
+        for name, url in urls.items()
+    }
 
 
 def _has_host(url: str) -> bool:

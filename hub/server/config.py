@@ -20,6 +20,9 @@ class AgentTarget:
     name: str
     url: str
     headers: tuple[tuple[str, str], ...] = ()
+    #: What a new run does while the thread has one open (``--agent NAME=URL,policy=P``):
+    #: ``reject`` (409 ``run_in_progress``) or ``supersede`` (see hub.wire.control).
+    policy: str = "reject"
 
 
 class StartupError(Exception):

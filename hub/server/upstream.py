@@ -64,6 +64,8 @@ from hub.wire.events import parse_event
 from hub.wire.sse import SSEParser
 
 log = logging.getLogger("agui_hub.upstream")
+#: Times a run with policy ``supersede`` cancels the open run and tries to open, at most.
+SUPERSEDE_ATTEMPTS = 5
 
 #: Events of one run submitted and not yet committed; past that the stream is not read.
 MAX_IN_FLIGHT = 256
@@ -173,20 +175,41 @@ class Upstream:
             return outcome
 
         store = self.hub.store
-        if loaded.thread.run is not None:  # before leasing: another run's lease stays its own
-            raise RunInProgress("the thread has a run open; one at a time")
-        # Leased before the run opens: no node may see it open without a lease.
-        await store.lease_run(loaded.key, run_id, LEASE_TTL)
-        outcome = await asyncio.shield(self.hub.submit(loaded, open_run))
-        if outcome.error is not None:
+        policy = command.policy or target.policy
+        # Supersede: cancel the open run, then open this one; a caller that superseded at
+        # the same moment may open its run first, and is superseded in turn.
+        for attempt in range(SUPERSEDE_ATTEMPTS if policy == "supersede" else 1):
+            if loaded.thread.run is not None and policy == "supersede":
+                await self._supersede(loaded)
+            if loaded.thread.run is not None:  # before leasing: another run's lease stays
+                if attempt + 1 < SUPERSEDE_ATTEMPTS and policy == "supersede":
+                    continue
+                raise RunInProgress("the thread has a run open; one at a time")
+            # Leased before the run opens: no node may see it open without a lease.
+            await store.lease_run(loaded.key, run_id, LEASE_TTL)
+            outcome = await asyncio.shield(self.hub.submit(loaded, open_run))
+            if outcome.error is None:
+                break
             await store.release_run(loaded.key, run_id)
-            raise outcome.error
+            if not isinstance(outcome.error, RunInProgress) or policy != "supersede":
+                raise outcome.error
+        else:
+            raise RunInProgress("the thread's run was superseded by others meanwhile; retry")
         loaded.producers += 1  # keeps the thread loaded while the run lasts
         task = asyncio.create_task(self._run(loaded, target, run_id, dict(built)))
         self.runs[(loaded.key, run_id)] = task
         # The thread's list entry names the agent of its latest run (GET /v1/threads).
         self.hub.persistence.update_info(loaded, agent=command.agent)
         return {"threadId": thread_id, "runId": run_id}
+
+    async def _supersede(self, loaded: LoadedThread) -> None:
+        """Policy ``supersede``: cancel the run open on the thread (whoever runs it, on any
+        node), so that the new one may start. A run that ends meanwhile is not an error."""
+        run_id = loaded.thread.run_id
+        if run_id is None:
+            return
+        with contextlib.suppress(UnknownRun):  # it ended by itself first
+            await self.cancel(loaded, run_id)
 
     async def cancel(self, loaded: LoadedThread, run_id: str) -> None:
         """End the run ``run_id`` with ``RUN_ERROR`` ``cancelled``: this node's call to the

@@ -13,6 +13,9 @@ ACK = "hub.ack"
 HEARTBEAT = "hub.heartbeat"
 SESSION = "hub.session"
 RUN = "hub.run"
+#: What starting a run does when the thread has one open: ``reject`` it (``409
+#: run_in_progress``), or ``supersede`` the open run (cancelled, then the new one starts).
+RUN_POLICIES = ("reject", "supersede")
 CANCEL = "hub.cancel"
 
 
@@ -83,6 +86,9 @@ class Run:
     tools: list[Any]
     context: list[Any]
     forwarded_props: Any
+    #: What to do when the thread has a run open: one of :data:`RUN_POLICIES`, or None for
+    #: the agent's own (``--agent NAME=URL,policy=...``; ``reject`` by default).
+    policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,10 @@ def parse_command(obj: dict[str, Any]) -> Command:
             if not isinstance(value, list):
                 raise PeerError(f"hub.run '{name}' must be a list")
             lists[name] = value
-        return Run(agent, **lists, forwarded_props=obj.get("forwardedProps", {}))
+        policy = obj.get("policy")
+        if policy is not None and policy not in RUN_POLICIES:
+            raise PeerError(f"hub.run 'policy' must be one of {', '.join(RUN_POLICIES)}")
+        return Run(agent, **lists, forwarded_props=obj.get("forwardedProps", {}), policy=policy)
     if kind == CANCEL:
         run_id = obj.get("runId")
         if not isinstance(run_id, str) or not run_id or len(run_id) > MAX_ID_LENGTH:

@@ -67,6 +67,12 @@ def test_bad_settings_are_clear_errors(tmp_path: Path) -> None:
         parse(["serve"], {"AGUI_HUB_INSECURE": "maybe"})
     with pytest.raises(ConfigError, match="cannot read"):
         parse(["serve", "--config", str(tmp_path / "none.toml")], {})
+    args, _ = parse(["serve", "--agent", "w=http://127.0.0.1:9/a,policy=sometimes"], {})
+    with pytest.raises(ConfigError, match="policy must be one of reject, supersede"):
+        _config(args)  # type: ignore[arg-type]
+    args, _ = parse(["serve", "--agent", "w=http://127.0.0.1:9/a,policy=supersede"], {})
+    agent = _config(args).agents["w"]  # type: ignore[arg-type]
+    assert (agent.url, agent.policy) == ("http://127.0.0.1:9/a", "supersede")
     # A variable that names no option is somebody else's (AGUI_HUB_TOKEN): ignored.
     args, _ = parse(["serve"], {"AGUI_HUB_TOKEN": "t", "AGUI_HUB_NOPE": "1"})
     assert _config(args).port == 8787  # type: ignore[arg-type]

@@ -135,3 +135,44 @@ async def test_a_cancel_from_the_other_node_closes_a_silent_agents_request_at_on
             await asyncio.sleep(0.1)
         assert run_id in agent.closed
         assert [e["type"] for e in run_events(there.received, run_id)].count("RUN_ERROR") == 1
+
+
+async def test_three_callers_superseding_at_once_on_two_nodes_leave_one_run_open(
+    two_nodes: list[HubProcess], agent: AgentServer
+) -> None:
+    n0, n1 = two_nodes
+    watcher = await consumer(n1, "t-supersede")
+    async with (
+        httpx.AsyncClient(base_url=n0.http, timeout=10, trust_env=False) as a,
+        httpx.AsyncClient(base_url=n1.http, timeout=10, trust_env=False) as b,
+    ):
+        first = (await a.post("/v1/threads/t-supersede/runs", json={"agent": "hold"})).json()
+        await agent_got(agent, first["runId"])
+        body = {"agent": "hold", "policy": "supersede"}
+        answers = await asyncio.gather(
+            *(http.post("/v1/threads/t-supersede/runs", json=body) for http in (a, b, a))
+        )
+    started = [r.json()["runId"] for r in answers if r.status_code == 202]
+    refused = [r.json()["code"] for r in answers if r.status_code != 202]
+    assert started and set(refused) <= {"run_in_progress"}, [r.text for r in answers]
+    # Every run but the last one opened is cancelled; that one stays open, on both nodes.
+    for node in (n0, n1):
+        for _ in range(100):
+            open_run = (node.thread("t-supersede")["run"] or {}).get("runId")
+            if open_run in started:
+                break
+            await asyncio.sleep(0.05)
+        assert open_run in started, open_run
+    opened = [first["runId"]] + [r for r in started if r != open_run]
+    for run_id in opened:
+        end = await run_end(watcher, run_id)
+        assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled", end
+
+    def opened_runs() -> list[str]:
+        return [e["runId"] for e in watcher.received if e["type"] == "RUN_STARTED"]
+
+    if open_run not in opened_runs():
+        await watcher.recv_until(lambda e: e["type"] == "RUN_STARTED" and e["runId"] == open_run)
+    starts = opened_runs()
+    assert starts[0] == first["runId"] and starts[-1] == open_run
+    assert sorted(starts) == sorted([first["runId"], *started])  # each opened once

@@ -5,6 +5,7 @@ agent endpoint that ``HttpAgent`` can call. Real hub processes, real scripted ag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -121,6 +122,42 @@ async def test_two_runs_started_at_once_give_one_409_and_delete_cancels(
     assert run_id in agent.closed  # the upstream request was closed
     again = await http.delete(f"/v1/threads/h-two/runs/{run_id}")
     assert again.status_code == 404 and again.json()["code"] == "unknown_run"
+
+
+async def test_a_run_started_with_policy_supersede_cancels_the_open_one_then_starts(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    hub = start_hub(
+        *agent_args(agent, tmp_path), "--agent", f"takeover={agent.url('counter')},policy=supersede"
+    )
+    watcher = await consumer(hub, "h-policy")
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        first = (await http.post("/v1/threads/h-policy/runs", json={"agent": "hold"})).json()
+        await agent_got(agent, first["runId"])
+        # The default policy (reject) still refuses; the caller may ask for supersede.
+        refused = await http.post("/v1/threads/h-policy/runs", json={"agent": "counter"})
+        assert refused.status_code == 409 and refused.json()["code"] == "run_in_progress"
+        bad = await http.post("/v1/threads/h-policy/runs", json={"agent": "hold", "policy": "x"})
+        assert bad.status_code == 400 and "policy" in bad.json()["message"]
+        second = await http.post(
+            "/v1/threads/h-policy/runs", json={"agent": "hold", "policy": "supersede"}
+        )
+        assert second.status_code == 202, second.text
+        end = await run_end(watcher, first["runId"])
+        assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled"
+        opened = await watcher.recv_until(lambda e: e["type"] == "RUN_STARTED")
+        assert opened[-1]["runId"] == second.json()["runId"]
+        # An agent configured with policy=supersede takes over without being asked.
+        third = await http.post("/v1/threads/h-policy/runs", json={"agent": "takeover"})
+        assert third.status_code == 202, third.text
+        end = await run_end(watcher, second.json()["runId"])
+        assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled"
+        end = await run_end(watcher, third.json()["runId"])
+        assert end["type"] == "RUN_FINISHED"  # the counter agent's run, to its end
+    for run in (first, second.json()):  # the superseded runs' upstream requests were closed
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda r=run: r["runId"] in agent.closed)
+        assert run["runId"] in agent.closed, (run, agent.closed)
 
 
 async def test_bad_run_requests_get_clear_codes(hub: HubProcess, http: httpx.AsyncClient) -> None:

@@ -1,6 +1,9 @@
 """Python client for agui-hub: a :class:`Consumer` that mirrors a thread, a :class:`Producer`
-that publishes AG-UI events to it, and :class:`Receipts` that records handoff receipts."""
+that publishes AG-UI events to it, :func:`connect` (AG-UI ``connect``: a thread's history and
+its open run, as a reloading UI gets them), and :class:`Receipts` that records handoff
+receipts."""
 
+from agui_hub_client.agui_connect import connect
 from agui_hub_client.consumer import Consumer
 from agui_hub_client.errors import (
     ClientError,
@@ -29,4 +32,5 @@ __all__ = [
     "RunError",
     "RunNotSeen",
     "Step",
+    "connect",
 ]

@@ -173,15 +173,24 @@ class HttpClient:
         return Answer(response.status_code, response.reason_phrase, response.headers, bytes(data))
 
     async def open(
-        self, method: str, url: str, *, headers: Mapping[str, str], timeout: httpx.Timeout
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        timeout: httpx.Timeout,
+        body: bytes | None = None,
     ) -> HttpStream:
-        """Send a request and wait for its answer's head; the body is read as it comes, by a
-        task of the stream's own (:class:`HttpStream`). Cancelling the wait drops the request.
+        """Send a request (with ``body``, if given) and wait for its answer's head; the body is
+        read as it comes, by a task of the stream's own (:class:`HttpStream`). Cancelling the
+        wait drops the request.
 
         Raises ``TimeoutError``, ``OSError``, :class:`ProtocolError`, ``ValueError``.
         """
         try:
-            request = self.client().build_request(method, url, headers=headers, timeout=timeout)
+            request = self.client().build_request(
+                method, url, headers=headers, content=body, timeout=timeout
+            )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise translate(exc) from exc
         stream = HttpStream(self.client(), request)

@@ -37,13 +37,23 @@ class HandshakeFailed(ClientError):
     """The hub refused the connection, or did not greet it with ``hub.welcome``.
 
     ``retryable`` says whether trying again later may work (the node is draining or its store
-    is unavailable) or not (no such endpoint, subprotocol refused).
+    is unavailable) or not (no such endpoint, subprotocol refused). ``status`` is the HTTP
+    status of a refusal; ``code`` the hub's stable code when its answer named one (an HTTP
+    refusal's ``{"code", "message"}``: ``unauthenticated``, ``forbidden``, ``bad_request``...).
     """
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.code = code
 
 
 class ProtocolError(ClientError):
@@ -52,7 +62,15 @@ class ProtocolError(ClientError):
 
 
 class ConnectionLost(ClientError):
-    """The connection ended and the client is not (or no longer) reconnecting."""
+    """The connection ended and the client is not (or no longer) reconnecting.
+
+    ``last_event_id``, where one is known: the ``Last-Event-ID`` to resume from (the id the hub
+    gave the last live event received), e.g. for :func:`~agui_hub_client.connect` cut inside
+    a run."""
+
+    def __init__(self, message: str = "", *, last_event_id: str | None = None) -> None:
+        super().__init__(message)
+        self.last_event_id = last_event_id
 
 
 class RunError(ClientError):

@@ -184,18 +184,27 @@ async def _started(
     where: str, response: HttpStream, max_size: int | None, idle_timeout: float | None
 ) -> EventStream:
     """The stream, if ``response`` starts one; else :class:`HandshakeFailed`."""
+    await check_started(where, response)
+    return EventStream(response, max_size=max_size, idle_timeout=idle_timeout)
+
+
+async def check_started(where: str, response: HttpStream) -> None:
+    """Raise :class:`HandshakeFailed` unless ``response`` (to a request to ``where``) starts
+    an event stream: a refusal carries its HTTP ``status`` and the hub's ``code`` (from its
+    ``{"code", "message"}`` body), retryable for 5xx."""
     status = response.status
     if status != 200:
         refused = None
         with contextlib.suppress(OSError, EOFError, ProtocolError):
             refused = error_value(await response.read(MAX_ERROR_BODY))
         said = f": {refused.get('code')}: {refused.get('message')}" if refused else ""
+        code = refused.get("code") if refused else None
         raise HandshakeFailed(
             f"the hub answered HTTP {status} to {where}{said}"[:300],
             status=status,
             retryable=status >= 500,
+            code=code if isinstance(code, str) else None,
         )
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "text/event-stream":
         raise HandshakeFailed(f"{where} is not an event stream ({kind or 'no content type'})")
-    return EventStream(response, max_size=max_size, idle_timeout=idle_timeout)

@@ -12,6 +12,7 @@ from hub.store.base import Event, Position, Store, StoredThread, seq_of
 from hub.store.threads import (
     SCAN_MAX,
     OpenRun,
+    RunChange,
     ThreadInfo,
     matches,
     metadata_text,
@@ -40,7 +41,7 @@ class MemoryStore(Store):
     async def create(self, thread_id: str, record: bytes) -> None:
         self._records[thread_id] = record
         self._logs[thread_id] = deque(maxlen=self.retention)
-        self._touch(thread_id, seq=0, run=(None,))
+        self._touch(thread_id, seq=0, run=(None, 0))
 
     async def append(self, thread_id: str, events: list[Event]) -> None:
         log = self._logs.get(thread_id)
@@ -51,7 +52,7 @@ class MemoryStore(Store):
             self._touch(thread_id, seq=seq_of(events[-1]), run=run_change(events))
 
     def _touch(
-        self, thread_id: str, *, seq: int | None = None, run: tuple[str | None] | None = None
+        self, thread_id: str, *, seq: int | None = None, run: RunChange | None = None
     ) -> ThreadInfo:
         """A write to the thread: its info moved forward (made if it had none)."""
         now = now_ms()
@@ -63,7 +64,7 @@ class MemoryStore(Store):
             info = replace(info, seq=seq)
         if run is not None:
             opened = None if run[0] is None else OpenRun(run[0], info.updated)
-            info = replace(info, run=opened)
+            info = replace(info, run=opened, interrupts=run[1])
         self._info[thread_id] = info
         return info
 

@@ -24,7 +24,8 @@ the info of its threads (see :mod:`hub.store.threads`), for listing them in one 
 - ``agui:{TENANT/}:thread-info``: a hash, thread id -> JSON of ``created``, ``name``,
   ``archived``, ``metadata`` (as its JSON text) and ``agent``.
 - ``agui:{TENANT/}:thread-seq``: a hash, thread id -> its last stored seq.
-- ``agui:{TENANT/}:thread-run``: a hash, thread id -> ``STARTED:RUN_ID`` of its open run.
+- ``agui:{TENANT/}:thread-run``: a hash, thread id -> ``STARTED:RUN_ID`` of its open run, or
+  ``!N`` while none is open and its last run ended with N interrupts (AG-UI 1.0).
 
 On a single Redis the append and create scripts keep them in the same call (one script, one
 round trip, atomic with the append). On a Redis Cluster they sit in another slot than the

@@ -11,15 +11,17 @@ import json
 from typing import Any
 
 from hub.errors import BadPath
-from hub.store.threads import OpenRun, ThreadInfo
+from hub.store.threads import OpenRun, RunChange, ThreadInfo
 
 #: What every key of the Redis store starts with.
 PREFIX = "agui:"
 
 # Lua: a write to a thread moves its info forward: ``touch(k, id, seq, run)`` with the tenant's
 # index keys at KEYS[k + 1..k + 4] (index_keys), the thread's id in its tenant, its last seq
-# ('' to leave it) and its run ('' to leave it, 'c' none open, 'o' .. run id: that one opened
-# now). ``updated`` is Redis's clock, never earlier than the thread's last. Returns it (ms).
+# ('' to leave it) and its run ('' to leave it, 'c' .. N: none open, N interrupts open, 'o' ..
+# run id: that one opened now). The run hash holds 'AT:RUN' for an open run, '!N' for none open
+# with N interrupts, nothing for neither. ``updated`` is Redis's clock, never earlier than the
+# thread's last. Returns it (ms).
 TOUCH = """
 local function touch(k, id, seq, run)
   local t = redis.call('TIME')
@@ -30,8 +32,10 @@ local function touch(k, id, seq, run)
   redis.call('ZADD', KEYS[k + 1], at, id)
   redis.call('HSETNX', KEYS[k + 2], id, '{"created":' .. at .. '}')
   if seq ~= '' then redis.call('HSET', KEYS[k + 3], id, seq) end
-  if run == 'c' then
+  if run == 'c' or run == 'c0' then
     redis.call('HDEL', KEYS[k + 4], id)
+  elseif string.sub(run, 1, 1) == 'c' then
+    redis.call('HSET', KEYS[k + 4], id, '!' .. string.sub(run, 2))
   elseif run ~= '' then
     redis.call('HSET', KEYS[k + 4], id, at .. ':' .. string.sub(run, 2))
   end
@@ -162,11 +166,11 @@ def index_keys(tenant: str) -> list[str]:
     return [f"{tag}:threads", f"{tag}:thread-info", f"{tag}:thread-seq", f"{tag}:thread-run"]
 
 
-def run_arg(change: tuple[str | None] | None) -> str:
+def run_arg(change: RunChange | None) -> str:
     """A run change (hub.store.threads.run_change) as TOUCH takes it."""
     if change is None:
         return ""
-    return "c" if change[0] is None else "o" + change[0]
+    return f"c{change[1]}" if change[0] is None else "o" + change[0]
 
 
 def text_of(value: Any) -> str:
@@ -179,7 +183,10 @@ def row_info(row: list[Any]) -> ThreadInfo:
     data = json.loads(info) if info else {}
     metadata = data.get("metadata")
     opened: OpenRun | None = None
-    if run:
+    interrupts = 0
+    if run and text_of(run).startswith("!"):
+        interrupts = int(text_of(run)[1:])
+    elif run:
         started, _, run_id = text_of(run).partition(":")
         opened = OpenRun(run_id, int(started))
     updated = int(float(text_of(score)))
@@ -193,4 +200,5 @@ def row_info(row: list[Any]) -> ThreadInfo:
         metadata=None if metadata is None else json.loads(metadata),
         agent=data.get("agent"),
         run=opened,
+        interrupts=interrupts,
     )

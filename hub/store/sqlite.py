@@ -17,6 +17,7 @@ from hub.store.sqlite_file import SqliteFile
 from hub.store.threads import (
     SCAN_MAX,
     OpenRun,
+    RunChange,
     ThreadInfo,
     matches,
     metadata_text,
@@ -56,7 +57,8 @@ CREATE TABLE IF NOT EXISTS thread_info (
     metadata TEXT,
     agent TEXT,
     run_id TEXT,
-    run_started INTEGER
+    run_started INTEGER,
+    interrupts INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS thread_info_by_change
     ON thread_info (tenant, updated DESC, local_id DESC);
@@ -64,7 +66,8 @@ CREATE INDEX IF NOT EXISTS thread_info_by_change
 
 #: The columns of thread_info a ThreadInfo is made of, in the order _info_of takes them.
 INFO_COLUMNS = (
-    "local_id, created, updated, seq, name, archived, metadata, agent, run_id, run_started"
+    "local_id, created, updated, seq, name, archived, metadata, agent, run_id, run_started,"
+    " interrupts"
 )
 
 # A write to a thread (?: thread_id, tenant, local_id, now): its info moved forward, made if it
@@ -81,12 +84,12 @@ class SqliteStore(Store):
         super().__init__(retention=retention)
         self.path = path
         self.label = f"SQLite at {path}"
-        self.file = SqliteFile(path, SCHEMA, name="sqlite")
+        self.file = SqliteFile(path, SCHEMA, name="sqlite", migrate=_migrate)
 
     @classmethod
     async def open(cls, path: str, *, retention: int = 10_000) -> SqliteStore:
         store = cls(path, retention=retention)
-        store.file = await SqliteFile.open(path, SCHEMA, name="sqlite")
+        store.file = await SqliteFile.open(path, SCHEMA, name="sqlite", migrate=_migrate)
         return store
 
     async def _run(self, fn: Any, *args: Any) -> Any:
@@ -123,7 +126,8 @@ class SqliteStore(Store):
             )
             self._touch(thread_id)
             self.db.execute(
-                "UPDATE thread_info SET seq = 0, run_id = NULL, run_started = NULL"
+                "UPDATE thread_info SET seq = 0, run_id = NULL, run_started = NULL,"
+                " interrupts = 0"
                 " WHERE thread_id = ?",
                 (thread_id,),
             )
@@ -140,7 +144,7 @@ class SqliteStore(Store):
         self,
         thread_id: str,
         rows: list[tuple[str, int, bytes]],
-        run: tuple[str | None] | None = None,
+        run: RunChange | None = None,
     ) -> None:
         if not rows:
             return
@@ -162,9 +166,9 @@ class SqliteStore(Store):
             if run is not None:
                 self.db.execute(
                     "UPDATE thread_info SET run_id = ?,"
-                    " run_started = CASE WHEN ? IS NULL THEN NULL ELSE updated END"
-                    " WHERE thread_id = ?",
-                    (run[0], run[0], thread_id),
+                    " run_started = CASE WHEN ? IS NULL THEN NULL ELSE updated END,"
+                    " interrupts = ? WHERE thread_id = ?",
+                    (run[0], run[0], run[1], thread_id),
                 )
 
     async def save_record(
@@ -304,8 +308,16 @@ class SqliteStore(Store):
         await self.file.close()
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a file an older version made up to SCHEMA (CREATE TABLE IF NOT EXISTS leaves an
+    existing table as it was): the columns added since."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(thread_info)")}
+    if "interrupts" not in columns:
+        db.execute("ALTER TABLE thread_info ADD COLUMN interrupts INTEGER NOT NULL DEFAULT 0")
+
+
 def _info_of(row: tuple[Any, ...]) -> ThreadInfo:
-    local_id, created, updated, seq, name, archived, metadata, agent, run_id, started = row
+    local_id, created, updated, seq, name, archived, metadata, agent, run_id, started, held = row
     return ThreadInfo(
         thread_id=str(local_id),
         created=int(created),
@@ -316,6 +328,7 @@ def _info_of(row: tuple[Any, ...]) -> ThreadInfo:
         metadata=None if metadata is None else json.loads(metadata),
         agent=agent,
         run=None if run_id is None else OpenRun(str(run_id), int(started)),
+        interrupts=int(held),
     )
 
 

@@ -10,22 +10,38 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
 
 class SqliteFile:
-    def __init__(self, path: str, schema: str, *, name: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        schema: str,
+        *,
+        name: str,
+        migrate: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> None:
         self.path = path
         self.schema = schema
+        self.migrate = migrate
         self.name = name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"agui-{name}")
         self._db: sqlite3.Connection | None = None
 
     @classmethod
-    async def open(cls, path: str, schema: str, *, name: str) -> SqliteFile:
-        file = cls(path, schema, name=name)
+    async def open(
+        cls,
+        path: str,
+        schema: str,
+        *,
+        name: str,
+        migrate: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> SqliteFile:
+        file = cls(path, schema, name=name, migrate=migrate)
         try:
             await file.run(file._connect)
         except BaseException:
@@ -39,6 +55,8 @@ class SqliteFile:
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
         db.executescript(self.schema)
+        if self.migrate is not None:
+            self.migrate(db)
         self._db = db
 
     async def run(self, fn: Any, *args: Any) -> Any:

@@ -2,8 +2,10 @@
 
 Per thread (store key ``tenant/thread``): when it was created and last changed (Unix
 milliseconds, the store's clock), its last seq, the run open in it (from the appended
-``RUN_STARTED`` / ``RUN_FINISHED`` / ``RUN_ERROR``), and what a caller set: a name, an archived
-flag, a small JSON object of metadata, the agent of its latest run.
+``RUN_STARTED`` / ``RUN_FINISHED`` / ``RUN_ERROR``), the interrupts its last run ended waiting
+on (AG-UI 1.0: ``RUN_FINISHED`` with outcome ``interrupt``; the next run takes them up), and
+what a caller set: a name, an archived flag, a small JSON object of metadata, the agent of its
+latest run.
 
 Only writes set it: a thread's first write (its creation) adds it, every append and every
 :meth:`~hub.store.base.Store.update_thread` moves ``updated`` forward; no read stores any. A
@@ -78,6 +80,8 @@ class ThreadInfo:
     #: The agent of the thread's latest run, when whoever started it said (else None).
     agent: str | None = None
     run: OpenRun | None = None
+    #: Interrupts the thread's last run ended with, open until the next run starts.
+    interrupts: int = 0
 
     @property
     def position(self) -> Position:
@@ -186,17 +190,33 @@ def metadata_text(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def run_change(events: list[dict[str, Any]]) -> tuple[str | None] | None:
+#: How appending some events leaves a thread's run: the run open after them (its id, or None)
+#: and the interrupts open after them (see :func:`run_change`).
+RunChange = tuple[str | None, int]
+
+
+def run_change(events: list[dict[str, Any]]) -> RunChange | None:
     """How appending ``events`` leaves the thread's open run: None if they start or end none;
-    else a 1-tuple of the run open after them (its id), or of None (no run open)."""
-    change: tuple[str | None] | None = None
+    else the run open after them (its id, or None) and its open interrupts: those of a
+    ``RUN_FINISHED`` whose outcome is ``interrupt`` (AG-UI 1.0), 0 once a run starts (it
+    takes them up: ``RunAgentInput.resume``) or after any other end."""
+    change: RunChange | None = None
     for event in events:
         kind = event.get("type")
         if kind == "RUN_STARTED":
-            change = (str(event.get("runId", "")),)
-        elif kind in ("RUN_FINISHED", "RUN_ERROR"):
-            change = (None,)
+            change = (str(event.get("runId", "")), 0)
+        elif kind == "RUN_FINISHED":
+            change = (None, _interrupts(event.get("outcome")))
+        elif kind == "RUN_ERROR":
+            change = (None, 0)
     return change
+
+
+def _interrupts(outcome: Any) -> int:
+    if not isinstance(outcome, dict) or outcome.get("type") != "interrupt":
+        return 0
+    interrupts = outcome.get("interrupts")
+    return len(interrupts) if isinstance(interrupts, list) else 0
 
 
 def matches(info: ThreadInfo, agent: str | None, archived: bool | None) -> bool:

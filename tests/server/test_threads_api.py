@@ -104,7 +104,8 @@ async def test_the_list_shows_the_written_threads_newest_change_first(hub: HubPr
         assert ids(body) == ["doc-a", "doc-c", "doc-b"] and body["next_cursor"] is None
         a, _, b = body["threads"]
         assert set(a) == {
-            "id", "name", "agent", "created", "updated", "seq", "archived", "metadata", "run"
+            "id", "name", "agent", "created", "updated", "seq", "archived", "metadata", "run",
+            "interrupts",
         }  # fmt: skip
         assert (a["seq"], a["name"], a["agent"], a["archived"], a["metadata"]) == (
             4, None, None, False, None
@@ -137,6 +138,21 @@ async def test_the_list_shows_the_written_threads_newest_change_first(hub: HubPr
             if cursor is None:
                 break
         assert seen == ["doc-d", "doc-a", "doc-c", "doc-b"]
+
+
+async def test_the_list_counts_the_interrupts_a_run_ended_on_until_the_next_run(
+    hub: HubProcess,
+) -> None:
+    asks = [{"id": "i1", "reason": "approval", "message": "Send it?"}]
+    ended = {"type": "RUN_FINISHED", "threadId": "doc-i", "runId": "r1"}
+    async with client(hub) as http:
+        await write(hub, "doc-i", [*a_run("doc-i", end=False), {
+            **ended, "outcome": {"type": "interrupt", "interrupts": asks}}])  # fmt: skip
+        [doc] = (await listing(http))["threads"]
+        assert (doc["id"], doc["run"], doc["interrupts"]) == ("doc-i", None, 1)
+        await write(hub, "doc-i", a_run("doc-i", "r2"))  # the next run takes them up
+        [doc] = (await listing(http))["threads"]
+        assert (doc["seq"], doc["interrupts"]) == (6, 0)
 
 
 async def test_patch_renames_archives_and_annotates_a_thread(hub: HubProcess) -> None:

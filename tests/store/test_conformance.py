@@ -313,6 +313,30 @@ async def test_appends_move_seq_updated_and_the_open_run_forward(opener: Opener)
     assert errored is not None and errored.seq == 7 and errored.run is None
     await store.save_record("acme/doc", pack({"seq": 7}))  # compaction is no change
     assert await store.thread_info("acme/doc") == errored
+    assert errored.interrupts == 0
+
+
+async def test_a_run_that_ends_on_interrupts_leaves_them_open_until_the_next_run(
+    opener: Opener,
+) -> None:
+    store = await opener()
+    await store.create("acme/doc", pack({}))
+    asks = [{"id": "i1", "reason": "approval"}, {"id": "i2", "reason": "input"}]
+    interrupted = {**run_event(2, "RUN_FINISHED", "r1")}
+    interrupted["outcome"] = {"type": "interrupt", "interrupts": asks}
+    await store.append("acme/doc", [run_event(1, "RUN_STARTED", "r1"), interrupted])
+    info = await store.thread_info("acme/doc")
+    assert info is not None and info.run is None and info.interrupts == 2
+    await store.append("acme/doc", [event(3)])  # an edit between runs changes nothing
+    assert (await store.thread_info("acme/doc")).interrupts == 2  # type: ignore[union-attr]
+    [listed] = (await store.list_threads("acme")).threads
+    assert listed.interrupts == 2
+    await store.append("acme/doc", [run_event(4, "RUN_STARTED", "r2")])  # it resumes them
+    resumed = await store.thread_info("acme/doc")
+    assert resumed is not None and resumed.interrupts == 0 and resumed.run is not None
+    done = {**run_event(5, "RUN_FINISHED", "r2"), "outcome": {"type": "success"}}
+    await store.append("acme/doc", [done])
+    assert (await store.thread_info("acme/doc")).interrupts == 0  # type: ignore[union-attr]
 
 
 async def test_threads_are_listed_most_recently_changed_first_per_tenant(opener: Opener) -> None:

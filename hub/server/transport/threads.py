@@ -211,6 +211,7 @@ def listed(info: ThreadInfo) -> dict[str, Any]:
         "seq": info.seq,
         "archived": info.archived,
         "metadata": info.metadata,
+        "interrupts": info.interrupts,
         "run": None
         if run is None
         else {"runId": run.run_id, "started": rfc3339(run.started), "agent": info.agent},

@@ -147,6 +147,7 @@ async def test_a_run_started_with_policy_supersede_cancels_the_open_one_then_sta
         assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled"
         opened = await watcher.recv_until(lambda e: e["type"] == "RUN_STARTED")
         assert opened[-1]["runId"] == second.json()["runId"]
+        await agent_got(agent, second.json()["runId"])  # its request reached the agent
         # An agent configured with policy=supersede takes over without being asked.
         third = await http.post("/v1/threads/h-policy/runs", json={"agent": "takeover"})
         assert third.status_code == 202, third.text

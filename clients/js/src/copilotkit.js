@@ -1,0 +1,461 @@
+// AguiHubRunner: a CopilotKit AgentRunner whose threads live in an agui-hub.
+//
+//   import { CopilotRuntime } from "@copilotkit/runtime/v2";
+//   import { AguiHubRunner } from "agui-hub-client/copilotkit";      // src/copilotkit.js
+//   import WebSocket from "ws";                                       // Node; browsers have their own
+//   const runner = new AguiHubRunner({ url: "http://127.0.0.1:8787", token, WebSocket });
+//   new CopilotRuntime({ agents, runner });
+//
+// Each CopilotKit runtime instance (any number, on any machine) points at any hub node. The
+// runtime's agent runs where run() is called, as with CopilotKit's InMemoryAgentRunner, and every
+// event it produces is published into the hub thread over the agent WebSocket
+// (`/v1/threads/{id}/agent`): the hub holds the thread's state, messages and open run, so every
+// other runtime instance can connect() to it (history, or the open run live), ask isRunning(),
+// or stop() it.
+//
+// - run(): the Observable re-emits each of the agent's events once the hub acknowledged it
+//   (`hub.ack`); an event the hub refused (`hub.error`) is not in the thread and is not emitted.
+//   It completes at the run's RUN_FINISHED or RUN_ERROR. A thread whose run is open (on the hub:
+//   `GET /v1/threads/{id}` has `run`, or the hub refuses RUN_STARTED with `invalid_sequence`)
+//   errors with `Error("Thread already running")`, as CopilotKit's runners do.
+// - The run is watched on the thread's consumer WebSocket: a RUN_ERROR the hub puts in the
+//   thread while the agent is still running (`stop()` / `DELETE /v1/threads/{id}/runs/{runId}`
+//   from any runner on any node, a superseding run, a lapsed lease) aborts the local agent
+//   (`agent.abortRun()`), is emitted, and completes the Observable.
+// - connect(): `POST /v1/agents/{agentId}/connect` (agentId defaults to "copilotkit"; the hub
+//   does not check it): the thread's history as one run, or the open run from its start and then
+//   live until it ends. The hub's `metadata.hub` positions are removed.
+// - isRunning(): `GET /v1/threads/{id}` has `run`. stop(): DELETE of that run (or of `runId`).
+
+import { runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
+import { AgentRunner } from "@copilotkit/runtime/v2";
+import { Observable, ReplaySubject } from "rxjs";
+
+import { withoutHubMetadata } from "./agent.js";
+import { THREAD_ID } from "./url.js";
+
+export const THREAD_RUNNING = "Thread already running";
+
+const TERMINAL = new Set(["RUN_FINISHED", "RUN_ERROR"]);
+
+/** The hub's answer to an HTTP call it refused. */
+export class HubHttpError extends Error {
+  constructor(status, body) {
+    const code = body?.error?.code ?? body?.code ?? `http_${status}`;
+    super(`the hub answered ${status}: ${body?.error?.message ?? body?.message ?? code}`);
+    this.name = "HubHttpError";
+    this.status = status;
+    this.code = code;
+  }
+}
+
+function checkThread(threadId) {
+  if (typeof threadId !== "string" || !THREAD_ID.test(threadId)) {
+    throw new TypeError(`not a thread id: ${JSON.stringify(threadId)} (1-128 of A-Z a-z 0-9 . _ : -)`);
+  }
+  return threadId;
+}
+
+/** `http(s)://` and `ws(s)://` bases of a hub node's address, without a trailing slash. */
+export function hubBases(url) {
+  if (!url) throw new TypeError("AguiHubRunner needs the url of a hub node (http://host:port)");
+  const u = new URL(String(url));
+  const ws = new URL(u);
+  const http = new URL(u);
+  if (u.protocol === "http:" || u.protocol === "ws:") {
+    http.protocol = "http:";
+    ws.protocol = "ws:";
+  } else if (u.protocol === "https:" || u.protocol === "wss:") {
+    http.protocol = "https:";
+    ws.protocol = "wss:";
+  } else {
+    throw new TypeError(`the hub url must be http:, https:, ws: or wss:, not ${u.protocol}`);
+  }
+  for (const x of [ws, http]) {
+    x.search = "";
+    x.hash = "";
+  }
+  const strip = (x) => x.toString().replace(/\/+$/, "");
+  return { http: strip(http), ws: strip(ws) };
+}
+
+export class AguiHubRunner extends AgentRunner {
+  /**
+   * @param {object} options
+   * @param {string} options.url any hub node's base address (`http://127.0.0.1:8787`)
+   * @param {string|(() => string|Promise<string>)} [options.token] a bearer token (scopes read and
+   *   write); sent as `Authorization` over HTTP and `?access_token=` on WebSockets
+   * @param {Function} [options.WebSocket] a WebSocket constructor (Node: the `ws` package)
+   * @param {Function} [options.fetch] the Fetch API (default: globalThis.fetch)
+   * @param {string} [options.agentId] the agent name connect() posts to when the request has none
+   */
+  constructor({ url, token, WebSocket, fetch, agentId = "copilotkit" } = {}) {
+    super();
+    const bases = hubBases(url);
+    this.httpBase = bases.http;
+    this.wsBase = bases.ws;
+    this.token = token ?? null;
+    this.WebSocket = WebSocket ?? globalThis.WebSocket;
+    this.fetch = fetch ?? ((...args) => globalThis.fetch(...args));
+    this.agentId = agentId;
+    /** threadId -> the run this runner executes there. */
+    this._runs = new Map();
+  }
+
+  async _token() {
+    return typeof this.token === "function" ? await this.token() : this.token;
+  }
+
+  async _headers(extra = {}) {
+    const token = await this._token();
+    return token ? { ...extra, Authorization: `Bearer ${token}` } : { ...extra };
+  }
+
+  async _wsUrl(path) {
+    const url = new URL(`${this.wsBase}${path}`);
+    const token = await this._token();
+    if (token) url.searchParams.set("access_token", token);
+    return url.toString();
+  }
+
+  /** One HTTP call: `{status, body}` (the body parsed as JSON when it is). */
+  async _http(method, path, body) {
+    const init = { method, headers: await this._headers(body ? { "Content-Type": "application/json" } : {}) };
+    if (body) init.body = JSON.stringify(body);
+    let response;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        response = await this.fetch(`${this.httpBase}${path}`, init);
+        break;
+      } catch (err) {
+        // The hub closes HTTP connections after each answer; a pooled one may die as it is
+        // reused. Nothing reached the hub then: a GET is tried again at once.
+        if (method !== "GET" || attempt > 0) throw err;
+      }
+    }
+    const text = await response.text();
+    let parsed = text;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      // not JSON: kept as text
+    }
+    return { status: response.status, body: parsed };
+  }
+
+  /** The hub's view of a thread: `{threadId, epoch, seq, state, messages, run}`. */
+  async thread(threadId) {
+    const { status, body } = await this._http("GET", `/v1/threads/${checkThread(threadId)}`);
+    if (status !== 200) throw new HubHttpError(status, body);
+    return body;
+  }
+
+  async isRunning({ threadId }) {
+    return (await this.thread(threadId)).run != null;
+  }
+
+  async stop({ threadId, runId }) {
+    checkThread(threadId);
+    if (runId === undefined) {
+      runId = (await this.thread(threadId)).run?.runId;
+      if (runId == null) return false;
+    }
+    const { status, body } = await this._http(
+      "DELETE",
+      `/v1/threads/${threadId}/runs/${encodeURIComponent(runId)}`,
+    );
+    if (status === 200) return true;
+    if (status === 404) return false; // unknown_run: not the open run (it ended, or another one)
+    throw new HubHttpError(status, body);
+  }
+
+  connect({ threadId, agentId, headers }) {
+    checkThread(threadId);
+    const url = `${this.httpBase}/v1/agents/${encodeURIComponent(agentId ?? this.agentId)}/connect`;
+    return new Observable((subscriber) => {
+      const controller = new AbortController();
+      const events = transformHttpEventStream(
+        runHttpRequest(async () =>
+          this.fetch(url, {
+            method: "POST",
+            headers: await this._headers({
+              ...headers,
+              "Content-Type": "application/json",
+              Accept: "text/event-stream",
+            }),
+            body: JSON.stringify({ threadId }),
+            signal: controller.signal,
+          }),
+        ),
+      );
+      const subscription = events.subscribe({
+        next: (event) => subscriber.next(withoutHubMetadata(event)),
+        error: (err) => subscriber.error(err),
+        complete: () => subscriber.complete(),
+      });
+      return () => {
+        subscription.unsubscribe();
+        controller.abort();
+      };
+    });
+  }
+
+  run({ threadId, agent, input }) {
+    checkThread(threadId);
+    if (this._runs.has(threadId)) throw new Error(THREAD_RUNNING);
+    const run = new HubRun(this, threadId, agent, input);
+    this._runs.set(threadId, run);
+    run.done.finally(() => {
+      if (this._runs.get(threadId) === run) this._runs.delete(threadId);
+    });
+    return run.events.asObservable();
+  }
+}
+
+/** Open a WebSocket and wait for its hub.welcome; frames after it go to `onFrame`. */
+function openHubSocket(WebSocketImpl, url, onFrame, onClose) {
+  return new Promise((resolve, reject) => {
+    let ws;
+    try {
+      ws = new WebSocketImpl(url);
+    } catch (err) {
+      reject(err);
+      return;
+    }
+    let welcomed = false;
+    ws.onmessage = (message) => {
+      let frame;
+      try {
+        frame = JSON.parse(typeof message.data === "string" ? message.data : message.data.toString());
+      } catch {
+        return;
+      }
+      if (!welcomed) {
+        if (frame.type === "CUSTOM" && frame.name === "hub.welcome") {
+          welcomed = true;
+          resolve({ ws, welcome: frame.value });
+        } else if (frame.type === "CUSTOM" && frame.name === "hub.error") {
+          reject(new Error(`the hub refused the connection: ${frame.value?.code} ${frame.value?.message}`));
+        }
+        return;
+      }
+      onFrame(frame);
+    };
+    ws.onerror = () => {
+      if (!welcomed) reject(new Error(`could not connect to ${url.replace(/access_token=[^&]*/, "access_token=…")}`));
+    };
+    ws.onclose = (event) => {
+      if (!welcomed) reject(new Error(`the hub closed the connection (${event.code})`));
+      else onClose(event);
+    };
+  });
+}
+
+/** One run(): the local agent, its producer socket, and a watch on the thread. */
+class HubRun {
+  constructor(runner, threadId, agent, input) {
+    this.runner = runner;
+    this.threadId = threadId;
+    this.agent = agent;
+    this.input = input;
+    this.runId = input?.runId;
+    this.events = new ReplaySubject(Infinity);
+    /** Frames sent on the producer socket, from index 1: `{event, emit, rejected}`. */
+    this.frames = [];
+    this.settled = 0; // frames answered (acked or refused) and handled, in order
+    this.sentEnd = false; // a RUN_FINISHED or RUN_ERROR was sent
+    this.over = false;
+    this.producer = null;
+    this.watcher = null;
+    this.done = new Promise((resolve) => (this._resolveDone = resolve));
+    this._start().catch((err) => this._fail(err));
+  }
+
+  async _start() {
+    const { runner, threadId } = this;
+    const WebSocketImpl = runner.WebSocket;
+    if (!WebSocketImpl) throw new TypeError("AguiHubRunner needs a WebSocket constructor (Node: the ws package)");
+    const view = await runner.thread(threadId);
+    if (view.run != null) throw new Error(THREAD_RUNNING);
+    if (this.over) return;
+    // The watch first, so that a run ended from elsewhere is seen whenever it happens.
+    this.watcher = (
+      await openHubSocket(
+        WebSocketImpl,
+        await runner._wsUrl(`/v1/threads/${threadId}`),
+        (frame) => this._watched(frame),
+        () => {},
+      )
+    ).ws;
+    if (this.over) return this._close();
+    const { ws, welcome } = await openHubSocket(
+      WebSocketImpl,
+      await runner._wsUrl(`/v1/threads/${threadId}/agent`),
+      (frame) => this._answer(frame),
+      (event) => {
+        if (!this.over) this._fail(new Error(`the hub closed the agent connection (${event.code} ${event.reason ?? ""})`));
+      },
+    );
+    this.producer = ws;
+    if (this.over) return this._close();
+    this.threadMessages = welcome?.input?.messages ?? [];
+    this._drive();
+  }
+
+  /** Run the agent as CopilotKit's InMemoryAgentRunner does: runAgent with an onEvent hook. */
+  async _drive() {
+    this.driving = true;
+    let failure;
+    try {
+      await this.agent.runAgent(this.input, {
+        onEvent: ({ event }) => this._publish(event),
+      });
+    } catch (err) {
+      failure = err;
+    }
+    if (this.over || this.stopped) return;
+    if (!this.sentEnd) {
+      // The agent stopped without ending its run: end it in the thread, so it does not hang open.
+      const message = failure instanceof Error ? failure.message : failure ? String(failure) : "the agent's run ended without RUN_FINISHED";
+      this._send({ type: "RUN_ERROR", message, code: "agent_error" }, true);
+    }
+  }
+
+  _publish(event) {
+    if (this.over || this.stopped || this.sentEnd) return;
+    if (event.type === "RUN_STARTED" && event.runId) this.runId = event.runId;
+    this._send(event, true);
+    if (event.type === "RUN_STARTED") {
+      // The caller's new messages (the user's turn) are in the input, not in the agent's events:
+      // add those the thread lacks, as the hub does for the runs it starts itself.
+      const known = new Set(this.threadMessages.map((m) => m.id));
+      const missing = (this.input?.messages ?? []).filter((m) => m?.id && !known.has(m.id));
+      if (missing.length > 0) {
+        this._send({ type: "MESSAGES_SNAPSHOT", messages: [...this.threadMessages, ...missing] }, false);
+      }
+    }
+  }
+
+  _send(event, emit) {
+    if (TERMINAL.has(event.type)) this.sentEnd = true;
+    this.frames.push({ event, emit, rejected: null });
+    try {
+      this.producer.send(JSON.stringify(event));
+    } catch (err) {
+      this._fail(err);
+    }
+  }
+
+  /** The producer socket's answers: refusals (`frame`) and acks (`count`), in frame order. */
+  _answer(frame) {
+    if (frame.type !== "CUSTOM" || this.over) return;
+    if (frame.name === "hub.error") {
+      const { code, message } = frame.value ?? {};
+      const index = frame.value?.frame;
+      const sent = Number.isInteger(index) ? this.frames[index - 1] : undefined;
+      if (!sent) {
+        this._fail(new Error(`the hub: ${code}: ${message}`));
+        return;
+      }
+      sent.rejected = frame.value;
+      if (sent.event.type === "RUN_STARTED") {
+        this._abortAgent();
+        this._fail(
+          code === "invalid_sequence" || code === "run_in_progress"
+            ? new Error(THREAD_RUNNING)
+            : new Error(`the hub refused RUN_STARTED: ${code}: ${message}`),
+        );
+        return;
+      }
+      if (TERMINAL.has(sent.event.type) && !this.stopped) {
+        // The run's end was refused (e.g. RUN_FINISHED with a message still open): the run would
+        // stay open in the thread. End it with RUN_ERROR, once.
+        if (sent.event.type === "RUN_FINISHED" && !this._repaired) {
+          this._repaired = true;
+          this._send({ type: "RUN_ERROR", message: `the hub refused RUN_FINISHED: ${code}: ${message}`, code }, true);
+        } else {
+          this._fail(new Error(`the hub refused the run's end: ${code}: ${message}`));
+        }
+      }
+      return;
+    }
+    if (frame.name === "hub.ack") {
+      const count = Math.min(frame.value?.count ?? 0, this.frames.length);
+      while (this.settled < count && !this.over) {
+        const sent = this.frames[this.settled++];
+        if (sent.rejected) continue;
+        if (sent.emit) this.events.next(sent.event);
+        if (TERMINAL.has(sent.event.type)) this._finish();
+      }
+      if (this._ending) this._ended(false);
+    }
+  }
+
+  /** The thread's stream: a run end the hub wrote while our run is open means it was ended. */
+  _watched(event) {
+    if (this.over || !TERMINAL.has(event.type) || event.metadata?.hub?.sync) return;
+    if (this.sentEnd) return; // ours (or after ours)
+    if (event.type === "RUN_FINISHED" && event.runId !== this.runId) return;
+    // RUN_ERROR carries no runId: any RUN_ERROR while our run is open ends ours (one run at a
+    // time per thread).
+    if (!this._started()) return;
+    this.stopped = true;
+    this._abortAgent();
+    // What the agent sent before the end is in the thread (or refused): emit it as its acks
+    // come, then the end. The hub answers every frame; a second is plenty for the last ack.
+    this._ending = { event: withoutHubMetadata(event), target: this.frames.length };
+    this._endTimer = setTimeout(() => this._ended(), 2_000);
+    this._ended(false);
+  }
+
+  /** The run was ended from elsewhere: finish once every frame sent before is answered. */
+  _ended(force = true) {
+    if (this.over || !this._ending) return;
+    if (!force && this.settled < this._ending.target) return;
+    clearTimeout(this._endTimer);
+    this.events.next(this._ending.event);
+    this._finish();
+  }
+
+  _started() {
+    return this.frames.some((f) => f.event.type === "RUN_STARTED" && !f.rejected);
+  }
+
+  _abortAgent() {
+    if (this._aborted || !this.driving) return;
+    this._aborted = true;
+    try {
+      this.agent.abortRun?.();
+    } catch (err) {
+      console.error("Failed to abort agent run", err);
+    }
+  }
+
+  _finish() {
+    if (this.over) return;
+    this.over = true;
+    clearTimeout(this._endTimer);
+    this._close();
+    this.events.complete();
+    this._resolveDone();
+  }
+
+  _fail(err) {
+    if (this.over) return;
+    this.over = true;
+    this._abortAgent();
+    this._close();
+    this.events.error(err);
+    this._resolveDone();
+  }
+
+  _close() {
+    for (const ws of [this.producer, this.watcher]) {
+      try {
+        ws?.close();
+      } catch {
+        // already closed
+      }
+    }
+  }
+}

@@ -169,7 +169,9 @@ export class AguiHubRunner extends AgentRunner {
     throw new HubHttpError(status, body);
   }
 
-  connect({ threadId, agentId, headers }) {
+  /** The request's `headers` (the browser's, forwarded by the runtime) are not sent to the hub:
+   * the hub is called with this runner's token alone. */
+  connect({ threadId, agentId }) {
     checkThread(threadId);
     const url = `${this.httpBase}/v1/agents/${encodeURIComponent(agentId ?? this.agentId)}/connect`;
     return new Observable((subscriber) => {
@@ -179,7 +181,6 @@ export class AguiHubRunner extends AgentRunner {
           this.fetch(url, {
             method: "POST",
             headers: await this._headers({
-              ...headers,
               "Content-Type": "application/json",
               Accept: "text/event-stream",
             }),

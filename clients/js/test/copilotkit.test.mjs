@@ -5,10 +5,11 @@
 // polls and stops its runs through the hub alone.
 
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 
 import { AbstractAgent } from "@ag-ui/client";
@@ -294,6 +295,86 @@ describe("AguiHubRunner on a real hub", { skip: hubMissing() ?? false }, () => {
     const next = start(B, thread);
     await within(next.call.done, "the next run");
     assert.equal((await hub.thread(thread)).messages.at(-1).content, "Hello, world");
+  });
+});
+
+/**
+ * Runner B in a process of its own (another runtime instance): it connects to the thread, and
+ * once it has the text so far it asks isRunning() and stops the run; it prints each line of
+ * what it saw as JSON and exits when its connect ends.
+ */
+const OTHER_PROCESS = `
+  import WebSocket from "ws";
+  const { AguiHubRunner } = await import(process.env.RUNNER_MODULE);
+  const [url, threadId] = process.argv.slice(1);
+  const runner = new AguiHubRunner({ url, WebSocket });
+  const say = (line) => process.stdout.write(JSON.stringify(line) + "\\n");
+  let text = "";
+  let asked = false;
+  runner.connect({ threadId }).subscribe({
+    next: async (event) => {
+      say({ event });
+      if (event.type === "TEXT_MESSAGE_CONTENT") text += event.delta;
+      if (text === "Hello" && !asked) {
+        asked = true;
+        say({ running: await runner.isRunning({ threadId }) });
+        say({ stopped: await runner.stop({ threadId }) });
+      }
+    },
+    error: (err) => { say({ error: String(err) }); process.exit(1); },
+    complete: () => { say({ complete: true }); process.exit(0); },
+  });
+`;
+
+function otherProcess(url, thread) {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const child = spawn(process.execPath, ["--input-type=module", "-e", OTHER_PROCESS, url, thread], {
+    cwd: join(here, ".."),
+    env: { ...process.env, RUNNER_MODULE: new URL("../src/copilotkit.js", import.meta.url).href },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let err = "";
+  child.stdout.on("data", (chunk) => (out += chunk));
+  child.stderr.on("data", (chunk) => (err += chunk));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => child.kill("SIGKILL"), TIMEOUT);
+    child.on("error", reject);
+    child.on("exit", (code) => {
+      clearTimeout(timer);
+      if (code !== 0) reject(new Error(`the other process exited ${code}:\n${out}\n${err}`));
+      else resolve(out.trim().split("\n").map((line) => JSON.parse(line)));
+    });
+  });
+}
+
+describe("AguiHubRunner in two processes", { skip: hubMissing() ?? false }, () => {
+  let hub;
+  before(async () => {
+    hub = await startHub();
+  });
+  after(async () => {
+    await hub?.stop();
+  });
+
+  test("a runner in another process connects mid-run, sees it running and stops it", async () => {
+    const thread = threadId("ck-proc");
+    const A = new AguiHubRunner({ url: hub.http, WebSocket });
+    const { agent, call, runId } = start(A, thread, { pauseAfter: 4 });
+    await until("the text so far in the hub", async () => (await hub.thread(thread)).messages.at(-1)?.content === "Hello");
+    const lines = await otherProcess(hub.http, thread);
+    const events = lines.filter((l) => l.event).map((l) => l.event);
+    assert.equal(events[0].type, "RUN_STARTED");
+    assert.equal(events[0].runId, runId);
+    assert.deepEqual(lines.filter((l) => "running" in l || "stopped" in l), [{ running: true }, { stopped: true }]);
+    assert.equal(events.at(-1).type, "RUN_ERROR");
+    assert.equal(events.at(-1).code, "cancelled");
+    assert.deepEqual(lines.at(-1), { complete: true });
+
+    const seen = await within(call.done, "A's run");
+    assert.equal(agent.aborted, true);
+    assert.equal(seen.at(-1).code, "cancelled");
+    assert.equal((await hub.thread(thread)).run, null);
   });
 });
 

@@ -268,6 +268,8 @@ class HubRun {
     this.over = false;
     this.producer = null;
     this.watcher = null;
+    /** Each watch of the thread opened: `{resumed}` (a reopened one resumes from its position). */
+    this.watches = [];
     this.done = new Promise((resolve) => (this._resolveDone = resolve));
     this._start().catch((err) => this._fail(err));
   }
@@ -280,14 +282,7 @@ class HubRun {
     if (view.run != null) throw new Error(THREAD_RUNNING);
     if (this.over) return;
     // The watch first, so that a run ended from elsewhere is seen whenever it happens.
-    this.watcher = (
-      await openHubSocket(
-        WebSocketImpl,
-        await runner._wsUrl(`/v1/threads/${threadId}`),
-        (frame) => this._watched(frame),
-        () => {},
-      )
-    ).ws;
+    await this._watch();
     if (this.over) return this._close();
     const { ws, welcome } = await openHubSocket(
       WebSocketImpl,
@@ -392,19 +387,71 @@ class HubRun {
     }
   }
 
+  /**
+   * Watch the thread on a consumer WebSocket. If the watch drops while the run is open, it is
+   * opened again with `since`/`epoch` (the hub replays what it missed, a stop included); when the
+   * hub cannot replay (a fresh join), the thread's `run` says whether ours is still open.
+   */
+  async _watch() {
+    const path = `/v1/threads/${this.threadId}`;
+    const resume = this._position ? `?since=${this._position.seq}&epoch=${encodeURIComponent(this._position.epoch)}` : "";
+    const url = await this.runner._wsUrl(path + resume);
+    const { ws, welcome } = await openHubSocket(
+      this.runner.WebSocket,
+      url,
+      (frame) => this._watched(frame),
+      () => {
+        if (!this.over) this._rewatchSoon();
+      },
+    );
+    // (A replayed end may have finished the run already: it comes with the welcome.)
+    this.watches.push({ resumed: Boolean(welcome?.resumed) });
+    if (this.over) {
+      ws.close();
+      return;
+    }
+    this.watcher = ws;
+    if (!this._position && welcome?.epoch != null) this._position = { seq: welcome.seq, epoch: welcome.epoch };
+    if (resume && !welcome?.resumed && this._started() && !this.sentEnd) {
+      const view = await this.runner.thread(this.threadId);
+      if (view.run?.runId !== this.runId) {
+        this._endedElsewhere({
+          type: "RUN_ERROR",
+          message: "the run was ended in the hub thread while the watch was away",
+          code: "run_ended",
+        });
+      }
+    }
+  }
+
+  _rewatchSoon(delay = 250) {
+    setTimeout(() => {
+      if (this.over) return;
+      this._watch().catch(() => this._rewatchSoon(1_000));
+    }, delay);
+  }
+
   /** The thread's stream: a run end the hub wrote while our run is open means it was ended. */
   _watched(event) {
+    // Every sequenced frame, live or sync, carries the position it brings the watch to.
+    const hub = event.metadata?.hub;
+    if (Number.isInteger(hub?.seq) && hub.epoch != null) this._position = { seq: hub.seq, epoch: hub.epoch };
     if (this.over || !TERMINAL.has(event.type) || event.metadata?.hub?.sync) return;
     if (this.sentEnd) return; // ours (or after ours)
     if (event.type === "RUN_FINISHED" && event.runId !== this.runId) return;
     // RUN_ERROR carries no runId: any RUN_ERROR while our run is open ends ours (one run at a
     // time per thread).
     if (!this._started()) return;
+    this._endedElsewhere(withoutHubMetadata(event));
+  }
+
+  _endedElsewhere(event) {
+    if (this.over || this.stopped) return;
     this.stopped = true;
     this._abortAgent();
     // What the agent sent before the end is in the thread (or refused): emit it as its acks
     // come, then the end. The hub answers every frame; a second is plenty for the last ack.
-    this._ending = { event: withoutHubMetadata(event), target: this.frames.length };
+    this._ending = { event, target: this.frames.length };
     this._endTimer = setTimeout(() => this._ended(), 2_000);
     this._ended(false);
   }

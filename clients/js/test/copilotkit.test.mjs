@@ -378,6 +378,35 @@ describe("AguiHubRunner in two processes", { skip: hubMissing() ?? false }, () =
   });
 });
 
+describe("AguiHubRunner when its watch of the thread drops", { skip: hubMissing() ?? false }, () => {
+  let hub;
+  before(async () => {
+    hub = await startHub();
+  });
+  after(async () => {
+    await hub?.stop();
+  });
+
+  test("a stop made while the watch was away is replayed to it, and ends the run", async () => {
+    const thread = threadId("ck-rewatch");
+    const A = new AguiHubRunner({ url: hub.http, WebSocket });
+    const B = new AguiHubRunner({ url: hub.http, WebSocket });
+    const { agent, call, runId } = start(A, thread, { pauseAfter: 4 });
+    await until("the text so far in the hub", async () => (await hub.thread(thread)).messages.at(-1)?.content === "Hello");
+    const run = A._runs.get(thread);
+    const closed = new Promise((res) => run.watcher.once("close", res));
+    run.watcher.terminate(); // the watch alone drops (the producer's connection stays)
+    await closed; // it is reopened 250 ms later: the stop happens while it is away
+    assert.equal(await B.stop({ threadId: thread, runId }), true);
+    const seen = await within(call.done, "A's run");
+    assert.equal(agent.aborted, true);
+    assert.equal(seen.at(-1).type, "RUN_ERROR");
+    assert.equal(seen.at(-1).code, "cancelled", "the hub's own RUN_ERROR, replayed");
+    assert.equal(text(seen), "Hello");
+    assert.deepEqual(run.watches, [{ resumed: false }, { resumed: true }], "reopened with since/epoch");
+  });
+});
+
 describe("AguiHubRunner on a hub that needs tokens", { skip: hubMissing() ?? false }, () => {
   const dir = mkdtempSync(join(tmpdir(), "agui-copilotkit-"));
   const secret = join(dir, "secret");

@@ -50,9 +50,9 @@ const HUB = process.env.AGUI_HUB_URL;
 const THREAD = "doc-1";
 const DEMO_PORT = 8787;
 const TIMEOUT = 15_000;
-/** Seconds a Node block may run, and the sh block (the client's whole suite, about 20 s). */
+/** Seconds a Node block may run, and the sh block (npm ci, about 30 s since @copilotkit/runtime, and the client's whole suite, about 30 s). */
 const SCRIPT_TIMEOUT = 30_000;
-const SH_TIMEOUT = 100_000;
+const SH_TIMEOUT = 180_000;
 /** A token the SSE page is given in its fragment (the demo is open: it ignores tokens). */
 const TOKEN = "readme-token";
 

@@ -31,7 +31,7 @@ from test_demo_pages import DemoHub
 
 HERE = Path(__file__).resolve().parent
 INSTALL_TIMEOUT_S = 300
-SUITE_TIMEOUT_S = 150
+SUITE_TIMEOUT_S = 240
 #: The suite's tests: the fences check, and one per block of the README.
 BLOCKS = 7
 

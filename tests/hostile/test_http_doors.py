@@ -17,9 +17,24 @@ from hostile.kit import Node, token
 pytestmark = pytest.mark.usefixtures("bystanders")
 
 
-async def exchange(node: Node, data: bytes, *, wait: float = 5.0) -> tuple[bytes, bool]:
+def _answered(got: bytes) -> bool:
+    """``got`` holds one whole response with a ``Content-Length`` body."""
+    head, sep, body = got.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value.strip())
+    return False
+
+
+async def exchange(
+    node: Node, data: bytes, *, wait: float = 5.0, one: bool = False
+) -> tuple[bytes, bool]:
     """Send raw bytes on a new connection: what the hub answered within ``wait`` seconds, and
-    whether it closed the connection by then."""
+    whether it closed the connection by then. With ``one``, done as soon as one whole answer
+    came (the hub keeps a connection it answered alive: waiting out ``wait`` tells nothing)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", node.proc.port)
     writer.write(data)
     await writer.drain()
@@ -36,6 +51,8 @@ async def exchange(node: Node, data: bytes, *, wait: float = 5.0) -> tuple[bytes
                 closed = True
                 break
             got += chunk
+            if one and _answered(bytes(got)):
+                break
     except ConnectionResetError:
         closed = True
     finally:
@@ -71,17 +88,17 @@ async def test_the_agent_endpoint_answers_nothing_before_the_caller_is_known(
     """Without a token every agent name and every body gets the same 401; a token lacking a
     scope the endpoint needs gets 403; only then are the body and the name looked at."""
     for name, body in (("no-such", run_input("t1")), ("other", b"{not json"), ("x", b"{}")):
-        answered, _ = await exchange(strict, post(f"/v1/agents/{name}", body))
+        answered, _ = await exchange(strict, post(f"/v1/agents/{name}", body), one=True)
         status, answer = status_and_body(answered)
         assert (status, answer.get("code")) == (401, "unauthenticated"), (name, answer)
     for scopes in (("read",), ("write",)):
         tok = token("acme", *scopes)
         sent = post("/v1/agents/no-such", run_input("t1"), tok=tok)
-        status, answer = status_and_body((await exchange(strict, sent))[0])
+        status, answer = status_and_body((await exchange(strict, sent, one=True))[0])
         assert (status, answer.get("code")) == (403, "forbidden"), (scopes, answer)
     tok = token("acme", "read", "write")
     sent = post("/v1/agents/no-such", run_input("t1"), tok=tok)
-    status, answer = status_and_body((await exchange(strict, sent))[0])
+    status, answer = status_and_body((await exchange(strict, sent, one=True))[0])
     # The same code the WebSocket's hub.run answers for an unknown agent.
     assert (status, answer.get("code")) == (404, "unknown_agent"), answer
 
@@ -93,10 +110,10 @@ async def test_starting_a_run_needs_write_and_the_http_agent_endpoint_read_too(
     for: it streams nothing back); without write it is forbidden."""
     body = json.dumps({"agent": "no-such"}).encode()
     write_only = post("/v1/threads/doors-run/runs", body, tok=token("acme", "write"))
-    status, answer = status_and_body((await exchange(strict, write_only))[0])
+    status, answer = status_and_body((await exchange(strict, write_only, one=True))[0])
     assert (status, answer.get("code")) == (404, "unknown_agent"), answer
     read_only = post("/v1/threads/doors-run/runs", body, tok=token("acme", "read"))
-    status, answer = status_and_body((await exchange(strict, read_only))[0])
+    status, answer = status_and_body((await exchange(strict, read_only, one=True))[0])
     assert (status, answer.get("code")) == (403, "forbidden"), answer
 
 

@@ -70,6 +70,10 @@ class Thread:
         self.run: Event | None = None
         #: The id of the last run started (open or ended): the next run's ``parentRunId``.
         self.last_run_id: str | None = None
+        #: What the last run ended waiting on (AG-UI 1.0: ``RUN_FINISHED`` with outcome
+        #: ``interrupt``), open until the next run starts (which takes them up with
+        #: ``RunAgentInput.resume``): the interrupts as the agent sent them.
+        self.interrupts: list[Any] = []
         #: The open run's id and its streaming items still open, in the order they opened
         #: (key -> the event that opened it), and the one chunk events stream into.
         self.streaming: Streaming[Event] = Streaming()
@@ -123,7 +127,8 @@ class Thread:
         }
 
     def view(self) -> dict[str, Any]:
-        """``{threadId, epoch, seq, state, messages, run}``, as the HTTP endpoint shows it."""
+        """``{threadId, epoch, seq, state, messages, run, interrupts}``, as the HTTP endpoint
+        shows it."""
         return {
             "threadId": self.thread_id,
             "epoch": self.epoch,
@@ -131,6 +136,7 @@ class Thread:
             "state": self.state,
             "messages": self.messages.items,
             "run": None if self.run is None else {"runId": self.run_id},
+            "interrupts": self.interrupts,
         }
 
     # -- writing --------------------------------------------------------------------------------
@@ -223,6 +229,7 @@ class Thread:
             raise InvalidSequence(f"run {self.run_id!r} is still open")
         self.run = event
         self.last_run_id = str(event.get("runId"))
+        self.interrupts = []
         self.streaming.start_run(self.last_run_id)
         return event
 
@@ -233,6 +240,10 @@ class Thread:
         if still_open:
             raise InvalidSequence(f"RUN_FINISHED while {still_open[0]} is still open")
         self._end_run()
+        outcome = event.get("outcome")
+        if isinstance(outcome, dict) and outcome.get("type") == "interrupt":
+            asked = outcome.get("interrupts")
+            self.interrupts = copy.deepcopy(asked) if isinstance(asked, list) else []
         return event
 
     def _on_run_error(self, event: Event) -> Event:
@@ -422,6 +433,7 @@ class Thread:
             "messages": self.messages.items,
             "run": self.run,
             "lastRun": self.last_run_id,
+            "interrupts": self.interrupts,
             "open": list(self.open.items()),
             "chunked": [] if self.chunked is None else [self.chunked],
         }
@@ -442,6 +454,7 @@ class Thread:
         thread.messages = MessageLog(record["messages"])
         thread.run = record["run"]
         thread.last_run_id = record.get("lastRun")
+        thread.interrupts = record.get("interrupts", [])  # none in records of before
         streaming = thread.streaming
         streaming.start_run(None if thread.run is None else str(thread.run["runId"]))
         streaming.open = {key: start for key, start in record["open"]}

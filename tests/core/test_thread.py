@@ -260,3 +260,22 @@ def test_input_carries_state_across_runs(thread: Thread) -> None:
     thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"draft": {"sections": []}}})
     thread.publish({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"})
     assert thread.input()["state"] == {"draft": {"sections": []}}
+
+
+def test_interrupts_a_run_ended_on_stay_open_through_a_record_until_the_next_run(
+    thread: Thread,
+) -> None:
+    asks = [{"id": "i1", "reason": "approval"}]
+    thread.publish(run_started())
+    ended = {"type": "RUN_FINISHED", "threadId": thread.thread_id, "runId": "r1"}
+    outcome = {"type": "interrupt", "interrupts": asks}
+    assert thread.publish({**ended, "outcome": outcome}).error is None
+    assert thread.view()["interrupts"] == asks
+    rebuilt = Thread.from_record(copy.deepcopy(thread.to_record()))
+    assert rebuilt.view() == thread.view()
+    record = thread.to_record()
+    del record["interrupts"]  # a record from before interrupts were kept: none open
+    assert Thread.from_record(record).interrupts == []
+    for copy_ in (thread, rebuilt):  # the next run takes them up
+        assert copy_.publish({**run_started(), "runId": "r2"}).error is None
+        assert copy_.view()["interrupts"] == []

@@ -338,7 +338,7 @@ async def test_consumers_can_never_set_or_read_a_service_session_id(strict: Node
         await consumer.send({"type": "hub.resync", "reason": "gap"})
         got = await consumer.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
         view = strict.view(thread_id, token(tenant, "read"))
-        assert set(view) == {"threadId", "epoch", "seq", "state", "messages", "run"}
+        assert set(view) == {"threadId", "epoch", "seq", "state", "messages", "run", "interrupts"}
         assert secret_id not in json.dumps(got) + json.dumps(view)
     # The agent's id is still its own, untouched by any of that.
     await acme_agent.send({"type": "hub.session", "op": "get"})

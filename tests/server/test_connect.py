@@ -143,6 +143,37 @@ async def test_a_connect_to_a_subtree_at_every_point_holds_exactly_that_subtree(
         assert all(not op["path"].startswith("/doc") for ops in deltas for op in ops)
 
 
+async def test_a_run_that_ended_on_interrupts_connects_with_them_open_until_the_next_run(
+    hub: HubProcess, installed: None
+) -> None:
+    thread = "c-interrupt"
+    asks = [{"id": "i1", "reason": "approval", "message": "Send the mail?"}]
+    events = [
+        *scripted(thread)[:-1],
+        {**scripted(thread)[-1], "outcome": {"type": "interrupt", "interrupts": asks}},
+    ]
+    stream = await connect_at(hub, thread, events, len(events))
+    assert stream[-1]["type"] == "RUN_FINISHED"
+    assert stream[-1]["outcome"] == {"type": "interrupt", "interrupts": asks}
+    judged(stream, hub, thread)
+    assert hub.thread(thread)["interrupts"] == asks
+    # The next run takes them up: a connect after it has none.
+    agent = await Client.open(f"{hub.ws}/v1/threads/{thread}/agent")
+    await agent.recv()
+    await publish(
+        agent,
+        [
+            {"type": "RUN_STARTED", "threadId": thread, "runId": "r2"},
+            {"type": "RUN_FINISHED", "threadId": thread, "runId": "r2"},
+        ],
+        0,
+    )
+    await agent.close()
+    again = Connect(hub, thread)
+    await asyncio.wait_for(again.read(), TIMEOUT)
+    assert "outcome" not in again.events[-1] and hub.thread(thread)["interrupts"] == []
+
+
 async def test_a_thread_nobody_wrote_connects_to_nothing_and_completes(hub: HubProcess) -> None:
     connect = Connect(hub, "c-never")
     await asyncio.wait_for(connect.read(), TIMEOUT)

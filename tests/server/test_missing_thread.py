@@ -132,6 +132,7 @@ def the_empty_thread(thread_id: str) -> dict[str, Any]:
         "state": {},
         "messages": [],
         "run": None,
+        "interrupts": [],
     }
 
 

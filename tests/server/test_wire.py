@@ -162,6 +162,7 @@ async def test_http_endpoints(hub: HubProcess) -> None:
         "state",
         "messages",
         "run",
+        "interrupts",
     }
     assert hub.get("/v1/threads/bad%2Fid")[0] == 404
     assert hub.get("/nope")[0] == 404

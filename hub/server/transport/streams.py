@@ -202,6 +202,8 @@ class ConnectSink(EventSink):
       run the thread had, or ``history``), ``STATE_SNAPSHOT``, ``MESSAGES_SNAPSHOT``,
       ``RUN_FINISHED``; then the stream is done. Earlier runs are compacted into that one:
       the log may no longer hold them, and their outcome is the thread's state and messages.
+      When the last run ended on interrupts still open, that ``RUN_FINISHED`` carries them
+      (outcome ``interrupt``), so a tab that opens later sees the question.
     - a thread with a run open: the join, which begins with that run's ``RUN_STARTED`` and
       holds everything before it (state, messages, the text streamed so far), then the run's
       live events until its ``RUN_FINISHED`` or ``RUN_ERROR``; then done.
@@ -255,11 +257,13 @@ class ConnectSink(EventSink):
     async def repaired(self, last: Frame) -> None:
         if self._state == "history":
             self._state = "done"
-            finished = {
+            finished: dict[str, Any] = {
                 "type": "RUN_FINISHED",
                 "threadId": self._thread.thread_id,
                 "runId": self._history_id,
             }
+            if self._thread.interrupts:  # what the last run asked is still to be answered
+                finished["outcome"] = {"type": "interrupt", "interrupts": self._thread.interrupts}
             await self.write(sse.message(_data(finished)))
             self.done.set()
             return

@@ -38,6 +38,7 @@ async def test_a_consumer_joined_on_b_before_the_first_write_on_a_gets_it_live(
         "state": {},
         "messages": [],
         "run": None,
+        "interrupts": [],
     }
     async with (
         Consumer(f"{b.ws}/v1/threads/{thread}") as on_b,

@@ -325,8 +325,23 @@ async def serve_events(
     await sink.write(f"retry: {RETRY_MS}\n\n".encode())
     # As for WebSocket consumers: decide and subscribe synchronously, then welcome, then feed.
     cause = hub.attach(loaded, outbox, since, epoch)
+    welcome = Frame(control.welcome(*position, resumed=cause is None))
+    await _feed(hub, loaded, outbox, sink, writer, [welcome])
+
+
+async def _feed(
+    hub: Hub,
+    loaded: LoadedThread,
+    outbox: Outbox,
+    sink: EventSink,
+    writer: BodyWriter,
+    first: list[Frame],
+) -> None:
+    """Feed an attached stream (``first`` before anything else) until it is over; then
+    detach it, whatever ended it."""
     try:
-        await sink.send_frames([Frame(control.welcome(*position, resumed=cause is None))])
+        if first:
+            await sink.send_frames(first)
         outbox.start()
         await until_done(sink, writer)
     except ConnectionError:
@@ -361,11 +376,4 @@ async def serve_connect(
     sink.bind(writer)
     outbox = outbox_for(hub, loaded, sink, "c", path)
     hub.attach(loaded, outbox, since if in_run else None, epoch if in_run else None)
-    try:
-        outbox.start()
-        await until_done(sink, writer)
-    except ConnectionError:
-        pass
-    finally:
-        hub.detach(loaded, outbox)
-        await outbox.stop()
+    await _feed(hub, loaded, outbox, sink, writer, [])

@@ -31,6 +31,8 @@ from hub.store.threads import (
 from hub.wire.codec import unpack
 
 Event = dict[str, Any]
+#: Seconds a shared store keeps an interrupt claim (a day: long after any tab's answer).
+CLAIM_TTL = 86_400.0
 #: Where a record stands: (seq, epoch).
 Position = tuple[int, str]
 
@@ -55,6 +57,9 @@ class Store(ABC):
     #: Run leases (see :meth:`lease_run`) of a store no other node shares: in this process,
     #: since they only mean something while it lives. Shared stores keep them in the store.
     _leases: dict[str, tuple[str, float]]
+    #: Interrupt claims (see :meth:`claim_interrupts`) of a node-local store, in process:
+    #: thread -> interrupt id -> claim, only those of the last run claimed for.
+    _claims: dict[str, dict[str, dict[str, Any]]]
 
     def __init__(self, *, retention: int = 10_000) -> None:
         #: How many of the newest events a thread's log keeps.
@@ -224,6 +229,43 @@ class Store(ABC):
         if not hasattr(self, "_leases"):
             self._leases = {}
         return self._leases
+
+    # -- interrupt claims ----------------------------------------------------------------------
+    # A run that ended on interrupts (AG-UI 1.0) waits for an answer; many tabs may answer at
+    # once, on any node. The first answer wins: it claims the interrupts here, atomically
+    # across every node sharing the store, before the resumed run starts.
+
+    async def claim_interrupts(
+        self, thread_id: str, run_id: str, interrupt_ids: list[str], claim: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Claim the answer to the interrupts ``interrupt_ids`` that the run ``run_id`` ended
+        on, all of them or none, atomically: None when this call claimed them all; else the
+        claim already holding one of them (``{"runId", "interruptId", **claim}``), and nothing
+        is claimed. A claim of an interrupt of the same id that another run asked does not
+        hold (it is replaced). Shared stores keep claims for :data:`CLAIM_TTL` seconds."""
+        table = self._claim_table()
+        held = table.get(thread_id, {})
+        for interrupt_id in interrupt_ids:
+            found = held.get(interrupt_id)
+            if found is not None and found["runId"] == run_id:
+                return dict(found)
+        # Only the last run's claims are kept: an older run's interrupts are no longer open.
+        mine = {k: v for k, v in held.items() if v["runId"] == run_id}
+        for interrupt_id in interrupt_ids:
+            mine[interrupt_id] = {"runId": run_id, "interruptId": interrupt_id, **claim}
+        table[thread_id] = mine
+        return None
+
+    async def interrupt_claim(self, thread_id: str, interrupt_id: str) -> dict[str, Any] | None:
+        """The latest claim of an interrupt of that id on the thread (of whichever run), or
+        None: what a late answer is told."""
+        found = self._claim_table().get(thread_id, {}).get(interrupt_id)
+        return None if found is None else dict(found)
+
+    def _claim_table(self) -> dict[str, dict[str, dict[str, Any]]]:
+        if not hasattr(self, "_claims"):
+            self._claims = {}
+        return self._claims
 
     def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
         """Scrape-time gauges of the backend, (name, HELP, labels, value): its pool's use."""

@@ -92,6 +92,7 @@ class MemoryStore(Store):
         self._sessions.pop(thread_id, None)
         self._info.pop(thread_id, None)
         self._lease_table().pop(thread_id, None)
+        self._claim_table().pop(thread_id, None)
         return found
 
     async def thread_info(self, thread_id: str) -> ThreadInfo | None:

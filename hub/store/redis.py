@@ -60,7 +60,15 @@ from redis.exceptions import NoScriptError, RedisError
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
 from hub.store import resp
-from hub.store.base import Event, Position, Store, StoredThread, outage_reason, seq_of
+from hub.store.base import (
+    CLAIM_TTL,
+    Event,
+    Position,
+    Store,
+    StoredThread,
+    outage_reason,
+    seq_of,
+)
 from hub.store.redis_bus import ORIGIN_BYTES, RedisBus
 from hub.store.redis_threads import (
     INDEX,
@@ -296,6 +304,28 @@ return 0
 """
 
 
+#: Claim the answer to interrupts, all or none (KEYS: interrupt_key of each; ARGV: the run id
+#: that asked them, the claim's lifetime in ms, then each key's claim as JSON): the claim that
+#: holds one already (of the same run), or false once every one is claimed.
+CLAIM_INTERRUPTS = """
+for i, key in ipairs(KEYS) do
+  local held = redis.call('GET', key)
+  if held and cjson.decode(held).runId == ARGV[1] then
+    return held
+  end
+end
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[i + 2], 'PX', ARGV[2])
+end
+return false
+"""
+
+
+def interrupt_key(thread_id: str, interrupt_id: str) -> str:
+    """The claim of the thread's interrupt of that id (under the thread's hash tag)."""
+    return f"{_tag(thread_id)}:interrupt:{interrupt_id}"
+
+
 def _lease_member(thread_id: str, run_id: str) -> str:
     return f"{thread_id}\0{run_id}"
 
@@ -436,6 +466,7 @@ class RedisStore(Store):
         self._head = client.register_script(HEAD)
         self._log = client.register_script(LOG)
         self._release_run = client.register_script(RELEASE_RUN)
+        self._claim = client.register_script(CLAIM_INTERRUPTS)
         self._delete = client.register_script(DELETE)
         self._unindex = client.register_script(UNINDEX)
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
@@ -544,6 +575,29 @@ class RedisStore(Store):
     async def release_run(self, thread_id: str, run_id: str) -> None:
         await self._release_run(keys=list(lease_keys(thread_id)), args=[run_id])
         await self.client.zrem(LEASES_KEY, _lease_member(thread_id, run_id))
+
+    async def claim_interrupts(
+        self, thread_id: str, run_id: str, interrupt_ids: list[str], claim: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        if not interrupt_ids:
+            return None
+        claims = [
+            json.dumps({"runId": run_id, "interruptId": i, **claim}, separators=(",", ":"))
+            for i in interrupt_ids
+        ]
+        keys = [interrupt_key(thread_id, i) for i in interrupt_ids]
+        held = await self._claim(keys=keys, args=[run_id, int(CLAIM_TTL * 1000), *claims])
+        if held is None:
+            return None
+        found: dict[str, Any] = json.loads(held)
+        return found
+
+    async def interrupt_claim(self, thread_id: str, interrupt_id: str) -> dict[str, Any] | None:
+        held = await self.client.get(interrupt_key(thread_id, interrupt_id))
+        if held is None:
+            return None
+        found: dict[str, Any] = json.loads(held)
+        return found
 
     async def lapsed_runs(self) -> list[tuple[str, str]]:
         now = int(time.time() * 1000)

@@ -207,7 +207,9 @@ class SqliteStore(Store):
         return [r[0] for r in rows]
 
     async def delete_thread(self, thread_id: str) -> bool:
-        self._lease_table().pop(thread_id, None)  # leases of a node-local store: in process
+        # Leases and interrupt claims of a node-local store: in process.
+        self._lease_table().pop(thread_id, None)
+        self._claim_table().pop(thread_id, None)
         found: bool = await self._run(self._delete, thread_id)
         return found
 

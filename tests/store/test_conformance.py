@@ -234,6 +234,35 @@ async def test_the_lapsed_leases_of_every_thread_are_one_question(opener: Opener
     assert await store.lapsed_runs() == []
 
 
+async def test_the_first_claim_of_an_interrupt_wins_and_the_others_are_told_it(
+    opener: Opener,
+) -> None:
+    store = await opener()
+    # Two nodes' stores when they share one; a node-local store's claims are its process's.
+    other = await opener() if store.shared else store
+    claims = await asyncio.gather(
+        *(
+            s.claim_interrupts("t", "r1", ["i1", "i2"], {"by": who, "at": "now"})
+            for s, who in ((store, "a"), (other, "b"), (store, "c"))
+        )
+    )
+    assert claims.count(None) == 1  # exactly one answer claimed them
+    winner = ("a", "b", "c")[claims.index(None)]
+    for held in claims:
+        if held is not None:
+            assert held["by"] == winner and held["runId"] == "r1"
+            assert held["interruptId"] in ("i1", "i2")
+    # All or none: a claim holding i2 and i3 claims neither.
+    held = await other.claim_interrupts("t", "r1", ["i3", "i2"], {"by": "d", "at": "later"})
+    assert held is not None and held["interruptId"] == "i2" and held["by"] == winner
+    assert await store.interrupt_claim("t", "i3") is None
+    assert (await other.interrupt_claim("t", "i1") or {})["by"] == winner
+    # An interrupt of the same id asked by a later run is open again; other threads are apart.
+    assert await store.claim_interrupts("t", "r2", ["i1"], {"by": "e", "at": "then"}) is None
+    assert (await other.interrupt_claim("t", "i1") or {})["runId"] == "r2"
+    assert await store.claim_interrupts("u", "r1", ["i1"], {"by": "f", "at": "now"}) is None
+
+
 # -- thread info: the list of a tenant's threads (hub.store.threads) ---------------------------
 
 

@@ -7,6 +7,8 @@ an unavailable backend. Messages are written for the peer: they never carry inte
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HubError(Exception):
     """Base of every error the hub raises on purpose."""
@@ -21,7 +23,7 @@ class HubError(Exception):
         if code is not None:
             self.code = code
 
-    def as_value(self) -> dict[str, str]:
+    def as_value(self) -> dict[str, Any]:
         """The ``value`` of the ``hub.error`` CUSTOM event that reports this error."""
         return {"code": self.code, "message": self.message}
 
@@ -358,5 +360,40 @@ ERROR_CODES.update(
         "invalid_thread_update": "PATCH of a thread: an unknown field or a value of a wrong type",
         "name_too_long": "a thread's name over its limit (256 characters)",
         "metadata_too_large": "a thread's metadata over its limit (4096 bytes of JSON)",
+    }
+)
+
+
+# --- Interrupts with many tabs (AG-UI 1.0 resume; hub/server/upstream.py) ------------------------
+
+
+class InterruptResolved(PeerError):
+    """An answer (``resume``) to an interrupt another answer took first: the first one wins.
+    Says who answered (the token's ``sub``, or None in open mode) and when (RFC 3339)."""
+
+    code = "interrupt_resolved"
+
+    def __init__(self, interrupt_id: str, by: str | None, at: str | None) -> None:
+        super().__init__(f"interrupt {interrupt_id!r} was already answered")
+        self.interrupt_id = interrupt_id
+        self.by = by
+        self.at = at
+
+    def as_value(self) -> dict[str, Any]:
+        extra = {"interruptId": self.interrupt_id, "by": self.by, "at": self.at}
+        return {**super().as_value(), **extra}
+
+
+class InterruptNotOpen(PeerError):
+    """An answer (``resume``) naming an interrupt the thread is not waiting on: never asked,
+    or asked by a run before the last one."""
+
+    code = "interrupt_not_open"
+
+
+ERROR_CODES.update(
+    {
+        "interrupt_resolved": "a resume entry for an interrupt another answer took first (409)",
+        "interrupt_not_open": "a resume entry for an interrupt the thread is not waiting on (409)",
     }
 )

@@ -33,6 +33,9 @@ __all__ = ["BY_END", "BY_START", "STREAMING", "Event", "Outcome", "Thread", "ite
 
 DEFAULT_RETENTION = 10_000
 RECORD_VERSION = 1
+#: The CUSTOM event the hub publishes when a tab's answer to open interrupts won (see
+#: :meth:`Thread.resolve_interrupts`).
+INTERRUPT_RESOLVED = "hub.interrupt_resolved"
 
 
 @dataclass
@@ -143,6 +146,9 @@ class Thread:
 
     def publish(self, event: Event) -> Outcome:
         """Sequence one validated AG-UI event (a camelCase dict) from a producer."""
+        if event["type"] == "CUSTOM" and str(event.get("name", "")).startswith("hub."):
+            reserved = InvalidEvent("CUSTOM names starting with 'hub.' are reserved for the hub")
+            return Outcome(error=reserved)
         try:
             stored = self._effect(event)
         except MalformedPatch as exc:
@@ -163,6 +169,15 @@ class Thread:
         the next STATE_DELTA; it must not change before it is published."""
         self._trusted = ops
 
+    def resolve_interrupts(self, resolutions: list[dict[str, Any]]) -> list[Event]:
+        """Say in the thread that open interrupts were answered, before the run that takes
+        the answers up starts: one ``CUSTOM`` :data:`INTERRUPT_RESOLVED` per resolution
+        (``{interruptId, status, by, at}``), the hub's own, so no producer can send it."""
+        return [
+            self._stamp({"type": "CUSTOM", "name": INTERRUPT_RESOLVED, "value": dict(r)})
+            for r in resolutions
+        ]
+
     def abort_run(self, message: str, code: str) -> Event | None:
         """End the open run with RUN_ERROR (e.g. its agent disconnected). None if no run."""
         if self.run is None:
@@ -174,6 +189,10 @@ class Thread:
         position = event["metadata"]["hub"]
         if position["seq"] != self.seq + 1:
             raise InvalidSequence(f"log entry {position['seq']} does not follow {self.seq}")
+        if event["type"] == "STATE_DELTA":
+            # Sequenced means checked: publish kept only the ops check_patch passes, and the
+            # log holds that list; walking it again on every copy that replays it is waste.
+            self._trusted = event.get("delta")
         self._effect(event)
         self.seq = position["seq"]
         self.log.append(event)
@@ -410,11 +429,6 @@ class Thread:
 
     def _on_activity_delta(self, event: Event) -> Event:
         self.messages.activity_delta(event["messageId"], event["activityType"], event["patch"])
-        return event
-
-    def _on_custom(self, event: Event) -> Event:
-        if str(event.get("name", "")).startswith("hub."):
-            raise InvalidEvent("CUSTOM names starting with 'hub.' are reserved for the hub")
         return event
 
     # -- persistence ----------------------------------------------------------------------------

@@ -38,14 +38,18 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from ag_ui.core import RunAgentInput
 from pydantic import ValidationError
 
+from hub.auth.principal import OPEN_PRINCIPAL, Principal
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import (
+    InterruptNotOpen,
+    InterruptResolved,
     MalformedPatch,
     PeerError,
     RunInProgress,
@@ -126,11 +130,19 @@ class Upstream:
         command: control.Run,
         run_id: str | None = None,
         on_open: Callable[[Thread], None] | None = None,
+        by: str | None = None,
     ) -> dict[str, str]:
         """Open a run on the thread and start calling the agent: ``{threadId, runId}``. The
         run's id is ``run_id`` when the caller chose one (``HttpAgent`` does), else new.
         ``on_open`` is called with the thread as the run opens in it (its state then is the
-        agent's input state), before anything else reaches it."""
+        agent's input state), before anything else reaches it.
+
+        A run with ``resume`` answers the thread's open interrupts (AG-UI 1.0): the answer is
+        first claimed in the store (:meth:`_claim`: the first answer wins, on any node; a
+        later one raises :class:`InterruptResolved`, one to an interrupt not open
+        :class:`InterruptNotOpen`), then, in the change that opens the run, the thread says
+        so (``CUSTOM`` ``hub.interrupt_resolved``, one per answer, ``by`` the caller's
+        ``sub``) and the agent gets the answers in ``RunAgentInput.resume``."""
         target = self.config.agents.get(command.agent)
         if target is None:
             raise UnknownAgent("no agent of that name is configured")
@@ -140,10 +152,23 @@ class Upstream:
         run_id = run_id or str(uuid.uuid4())
         guard = self.guard
         built: dict[str, Any] = {}
+        resume = [dict(entry) for entry in command.resume]
+        resolutions: list[dict[str, Any]] = []
+        asked: str | None = None
+        if resume:
+            asked, resolutions = await self._claim(loaded, resume, by)
 
         def open_run(thread: Thread) -> Outcome:
             if thread.run is not None:
                 return Outcome(error=RunInProgress("the thread has a run open; one at a time"))
+            resolved: list[Event] = []
+            if resolutions:
+                waiting = _open_interrupts(thread)
+                if thread.last_run_id != asked or any(
+                    r["interruptId"] not in waiting for r in resolutions
+                ):  # another run started since the claim (one without resume)
+                    return Outcome(error=InterruptNotOpen("the interrupts are no longer open"))
+                resolved = thread.resolve_interrupts(resolutions)
             new = [m for m in added if thread.messages.get(m["id"]) is None]
             snapshot: Event | None = None
             if new:
@@ -153,6 +178,7 @@ class Upstream:
             if thread.last_run_id is not None:
                 started["parentRunId"] = thread.last_run_id
             outcome = thread.publish(started)
+            outcome.events[:0] = resolved  # before the run: every tab sees who answered
             if outcome.error is None and snapshot is not None:
                 more = thread.publish(snapshot)
                 outcome.events += more.events
@@ -168,6 +194,8 @@ class Upstream:
                     context=command.context,
                     forwardedProps=command.forwarded_props,
                 )
+                if resume:
+                    built["resume"] = resume
                 if "parentRunId" in started:
                     built["parentRunId"] = started["parentRunId"]
                 if on_open is not None:
@@ -201,6 +229,33 @@ class Upstream:
         # The thread's list entry names the agent of its latest run (GET /v1/threads).
         self.hub.persistence.update_info(loaded, agent=command.agent)
         return {"threadId": thread_id, "runId": run_id}
+
+    async def _claim(
+        self, loaded: LoadedThread, resume: list[dict[str, Any]], by: str | None
+    ) -> tuple[str | None, list[dict[str, Any]]]:
+        """Claim the answers ``resume`` gives to the thread's open interrupts, in the store
+        (all or none, atomically across nodes): the run that asked them, and the resolutions
+        to publish. Raises :class:`InterruptResolved` (with who answered first, and when) or
+        :class:`InterruptNotOpen`."""
+        thread, store = loaded.thread, self.hub.store
+        waiting = _open_interrupts(thread)
+        ids = [str(entry["interruptId"]) for entry in resume]
+        for interrupt_id in ids:
+            if interrupt_id not in waiting:
+                held = await store.interrupt_claim(loaded.key, interrupt_id)
+                if held is not None:  # answered already: the resumed run cleared it
+                    raise InterruptResolved(interrupt_id, held.get("by"), held.get("at"))
+                raise InterruptNotOpen(f"the thread is not waiting on interrupt {interrupt_id!r}")
+        asked = thread.last_run_id
+        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        held = await store.claim_interrupts(loaded.key, str(asked), ids, {"by": by, "at": at})
+        if held is not None:
+            raise InterruptResolved(str(held["interruptId"]), held.get("by"), held.get("at"))
+        resolutions = [
+            {"interruptId": entry["interruptId"], "status": entry["status"], "by": by, "at": at}
+            for entry in resume
+        ]
+        return asked, resolutions
 
     async def _supersede(self, loaded: LoadedThread) -> None:
         """Policy ``supersede``: cancel the run open on the thread (whoever runs it, on any
@@ -437,6 +492,7 @@ def _input_messages(command: control.Run) -> list[dict[str, Any]]:
                 "tools": command.tools,
                 "context": command.context,
                 "forwardedProps": command.forwarded_props,
+                "resume": list(command.resume) or None,
             }
         )
     except ValidationError as exc:
@@ -446,6 +502,19 @@ def _input_messages(command: control.Run) -> list[dict[str, Any]]:
     dumped = parsed.model_dump(by_alias=True, mode="json", exclude_none=True)
     messages: list[dict[str, Any]] = dumped["messages"]
     return messages
+
+
+def answerer(principal: Principal) -> str | None:
+    """Who answers interrupts, as the thread says it: the token's ``sub``; None without
+    tokens (open mode)."""
+    return None if principal is OPEN_PRINCIPAL else principal.sub
+
+
+def _open_interrupts(thread: Thread) -> set[str]:
+    """The ids of the interrupts the thread waits on (none while a run is open)."""
+    if thread.run is not None:
+        return set()
+    return {str(i["id"]) for i in thread.interrupts if isinstance(i, dict) and "id" in i}
 
 
 def _publishing(guard: Guard, event: Event, run_id: str, over: list[bool]) -> Change:

@@ -89,6 +89,9 @@ class Run:
     #: What to do when the thread has a run open: one of :data:`RUN_POLICIES`, or None for
     #: the agent's own (``--agent NAME=URL,policy=...``; ``reject`` by default).
     policy: str | None = None
+    #: AG-UI 1.0 ``RunAgentInput.resume``: answers to the thread's open interrupts
+    #: (``{interruptId, status, payload?, metadata?}``), forwarded to the agent.
+    resume: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,34 @@ def _holding(value: Any) -> Holding:
         if not kind.isalpha() or not item_id or len(item_id) > MAX_ID_LENGTH:
             raise PeerError("hub.resync 'holding.open' items look like 'text:ID' or 'tool:ID'")
     return Holding(run, tuple(dict.fromkeys(items)))
+
+
+#: Most answers one ``resume`` may carry.
+MAX_RESUME = 64
+RESUME_STATUSES = ("resolved", "cancelled")
+
+
+def parse_resume(value: Any) -> tuple[dict[str, Any], ...]:
+    """Parse ``resume: [{interruptId, status, payload?, metadata?}]`` (AG-UI 1.0), once per
+    interrupt."""
+    if not isinstance(value, list) or len(value) > MAX_RESUME:
+        raise PeerError(f"hub.run 'resume' must be a list of at most {MAX_RESUME} entries")
+    entries: dict[str, dict[str, Any]] = {}
+    for entry in value:
+        if not isinstance(entry, dict):
+            raise PeerError("hub.run 'resume' entries are objects")
+        interrupt_id = entry.get("interruptId")
+        if not isinstance(interrupt_id, str) or not interrupt_id or len(interrupt_id) > 256:
+            raise PeerError("hub.run 'resume' entries need an 'interruptId'")
+        if entry.get("status") not in RESUME_STATUSES:
+            raise PeerError("hub.run 'resume' entries' 'status' is 'resolved' or 'cancelled'")
+        if interrupt_id in entries:
+            raise PeerError(f"hub.run 'resume' answers interrupt {interrupt_id!r} twice")
+        if "metadata" in entry and not isinstance(entry["metadata"], dict):
+            raise PeerError("hub.run 'resume' entries' 'metadata' is an object")
+        known = ("interruptId", "status", "payload", "metadata")
+        entries[interrupt_id] = {k: entry[k] for k in known if k in entry}
+    return tuple(entries.values())
 
 
 #: Reasons a consumer may give for asking a resync; anything else counts as ``patch_failed``.
@@ -159,7 +190,9 @@ def parse_command(obj: dict[str, Any]) -> Command:
         policy = obj.get("policy")
         if policy is not None and policy not in RUN_POLICIES:
             raise PeerError(f"hub.run 'policy' must be one of {', '.join(RUN_POLICIES)}")
-        return Run(agent, **lists, forwarded_props=obj.get("forwardedProps", {}), policy=policy)
+        resume = parse_resume(obj.get("resume", []))
+        forwarded = obj.get("forwardedProps", {})
+        return Run(agent, **lists, forwarded_props=forwarded, policy=policy, resume=resume)
     if kind == CANCEL:
         run_id = obj.get("runId")
         if not isinstance(run_id, str) or not run_id or len(run_id) > MAX_ID_LENGTH:

@@ -142,7 +142,33 @@ async def quiet(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Body]
     return 200, "text/event-stream", body()
 
 
+async def ask(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Body]:
+    """Human in the loop (AG-UI 1.0): a run without ``resume`` ends asking for an approval
+    (``RUN_FINISHED`` outcome ``interrupt``, interrupt ``approve-{threadId}``); a run with
+    ``resume`` says in a message what it was answered, and finishes."""
+    if not run.resume:
+        interrupt = {"id": f"approve-{run.thread_id}", "reason": "approval", "message": "ok?"}
+        outcome = {"type": "interrupt", "interrupts": [interrupt]}
+        end = {"type": "RUN_FINISHED", "threadId": run.thread_id, "runId": run.run_id}
+        raw = json.dumps({**end, "outcome": outcome})
+        return 200, "text/event-stream", _chunks(sse(started(run)), f"data: {raw}\n\n".encode())
+    said = ", ".join(f"{r.interrupt_id}={r.status}:{r.payload}" for r in run.resume)
+    message_id = f"m-{run.run_id}"
+    return (
+        200,
+        "text/event-stream",
+        _chunks(
+            sse(started(run)),
+            sse(TextMessageStartEvent(message_id=message_id, role="assistant")),
+            sse(TextMessageContentEvent(message_id=message_id, delta=f"answered {said}")),
+            sse(TextMessageEndEvent(message_id=message_id)),
+            sse(finished(run)),
+        ),
+    )
+
+
 SCRIPTS: dict[str, Script] = {
+    "ask": ask,
     "counter": counter,
     "hold": hold,
     "silent": silent,

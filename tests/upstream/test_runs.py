@@ -17,7 +17,17 @@ from support import Client, HubProcess, is_custom
 from hub.auth import mint_token
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
-AGENTS = ("counter", "hold", "silent", "error500", "garbage", "unfinished", "no_start", "quiet")
+AGENTS = (
+    "counter",
+    "hold",
+    "silent",
+    "error500",
+    "garbage",
+    "unfinished",
+    "no_start",
+    "quiet",
+    "ask",
+)
 
 
 def user(message_id: str, text: str) -> dict[str, Any]:

@@ -179,6 +179,8 @@ _HTTP_STATUS = {
     "unknown_run": HTTPStatus.NOT_FOUND,
     "thread_not_found": HTTPStatus.NOT_FOUND,
     "run_in_progress": HTTPStatus.CONFLICT,
+    "interrupt_resolved": HTTPStatus.CONFLICT,
+    "interrupt_not_open": HTTPStatus.CONFLICT,
     "conflict": HTTPStatus.CONFLICT,
     "bad_origin": HTTPStatus.FORBIDDEN,
     "bad_host": HTTPStatus.FORBIDDEN,

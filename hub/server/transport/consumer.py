@@ -23,7 +23,7 @@ from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
 from hub.server.outbox import Outbox
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint
-from hub.server.upstream import Upstream
+from hub.server.upstream import Upstream, answerer
 from hub.wire import control
 from hub.wire.codec import Frame, decode, encode
 from hub.wire.events import parse_event
@@ -68,7 +68,11 @@ class ConsumerEndpoint(ThreadEndpoint):
         position = (thread.thread_id, thread.seq, thread.epoch, self.config.node)
         cause = hub.attach(loaded, outbox, target.since, target.epoch)
         try:
-            await ws.send(encode(control.welcome(*position, resumed=cause is None), encoding))
+            # The open interrupts, so a tab that opens after the question sees it.
+            welcome = control.welcome(
+                *position, resumed=cause is None, interrupts=thread.interrupts
+            )
+            await ws.send(encode(welcome, encoding))
         except ConnectionClosed:
             hub.detach(loaded, outbox)
             return
@@ -102,7 +106,8 @@ class ConsumerEndpoint(ThreadEndpoint):
             self.guard.check_write(loaded.thread.thread_id)
             self.guard.rate(peer.bucket, peer.admission.principal.tenant)
             if isinstance(command, control.Run):
-                started = await self.upstream.start(loaded, command)
+                by = answerer(peer.admission.principal)
+                started = await self.upstream.start(loaded, command, by=by)
                 outbox.reply(Frame(control.custom(control.RUN, started)))
             elif isinstance(command, control.Cancel):
                 await self.upstream.cancel(loaded, command.run_id)

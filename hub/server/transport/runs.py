@@ -55,7 +55,7 @@ from hub.server.transport.streams import (
     serve_events,
     until_done,
 )
-from hub.server.upstream import Upstream
+from hub.server.upstream import Upstream, answerer
 from hub.wire import control
 from hub.wire.codec import decode
 
@@ -169,7 +169,8 @@ class HttpApi:
             assert isinstance(command, control.Run)
             loaded = await self.hub.load(admission.key)
             await self.hub.refresh(loaded)
-            started = await self.upstream.start(loaded, command)
+            by = answerer(admission.principal)
+            started = await self.upstream.start(loaded, command, by=by)
         return json_response(HTTPStatus.ACCEPTED, started)
 
     async def _cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> Response:
@@ -206,6 +207,7 @@ class HttpApi:
             tools=body.get("tools", []),
             context=body.get("context", []),
             forwarded_props=body.get("forwardedProps", {}),
+            resume=control.parse_resume(body.get("resume") or []),
         )
         run_id = given.run_id or str(uuid.uuid4())
         hub = self.hub
@@ -221,7 +223,9 @@ class HttpApi:
             hub.attach(loaded, outbox, loaded.thread.seq, loaded.thread.epoch)
             outbox.start()
             try:
-                started = await self.upstream.start(loaded, command, run_id, sink.opened)
+                started = await self.upstream.start(
+                    loaded, command, run_id, sink.opened, by=answerer(principal)
+                )
             except BaseException:
                 hub.detach(loaded, outbox)
                 await outbox.stop()

@@ -325,7 +325,8 @@ async def serve_events(
     await sink.write(f"retry: {RETRY_MS}\n\n".encode())
     # As for WebSocket consumers: decide and subscribe synchronously, then welcome, then feed.
     cause = hub.attach(loaded, outbox, since, epoch)
-    welcome = Frame(control.welcome(*position, resumed=cause is None))
+    interrupts = thread.interrupts  # open: a tab that opens after the question sees it
+    welcome = Frame(control.welcome(*position, resumed=cause is None, interrupts=interrupts))
     await _feed(hub, loaded, outbox, sink, writer, [welcome])
 
 

@@ -1,0 +1,204 @@
+"""Interrupts with many tabs (AG-UI 1.0 human in the loop): a run ends asking a question
+(``RUN_FINISHED`` outcome ``interrupt``); every tab, also one that opens later, sees it; tabs
+answer with ``resume``, the first answer wins (on any node), the others get ``409
+interrupt_resolved`` saying who answered and when, and every tab sees the resolution
+(``CUSTOM`` ``hub.interrupt_resolved``) before the resumed run starts. Real hub processes,
+a real scripted agent, a real redis-server for two nodes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from agents import AgentServer
+from redis_support import RedisServer
+from support import Client, HubProcess, SseReader, is_custom
+from test_runs import SECRET, agent_args, consumer, run_end
+
+from hub.auth import mint_token
+
+RESOLVED = "hub.interrupt_resolved"
+
+
+def answer(interrupt_id: str, payload: Any) -> dict[str, Any]:
+    return {"interruptId": interrupt_id, "status": "resolved", "payload": payload}
+
+
+def resumed_inputs(agent: AgentServer, thread_id: str) -> list[dict[str, Any]]:
+    return [i for i in agent.inputs if i["threadId"] == thread_id and i.get("resume")]
+
+
+async def ask(client: Client, thread_id: str) -> dict[str, Any]:
+    """Start the ``ask`` agent over ``hub.run``; its RUN_FINISHED, which asks."""
+    await client.send({"type": "hub.run", "agent": "ask"})
+    got = await client.recv_until(lambda e: is_custom(e, "hub.run"))
+    end = await run_end(client, got[-1]["value"]["runId"])
+    assert end["outcome"]["interrupts"][0]["id"] == f"approve-{thread_id}", end
+    return end
+
+
+def rfc3339(text: str) -> bool:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).tzinfo is not None
+
+
+async def test_a_tab_that_opens_later_sees_the_question_and_the_first_answer_wins(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    hub = start_hub(*agent_args(agent, tmp_path))  # one node, the memory store
+    first = await consumer(hub, "i-one")
+    asked = await ask(first, "i-one")
+    interrupts = asked["outcome"]["interrupts"]
+
+    # A tab that opens after the question: the welcome carries the open interrupts, and so
+    # does an SSE consumer's welcome. A join between runs is the state and messages only (no
+    # run in it), so the welcome is where a WebSocket or SSE consumer learns of them.
+    later = await Client.open(f"{hub.ws}/v1/threads/i-one")
+    welcome = (await later.recv_until(lambda e: is_custom(e, "hub.welcome")))[-1]
+    assert welcome["value"]["interrupts"] == interrupts
+    joined = await later.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
+    assert not any(e["type"] == "RUN_FINISHED" for e in joined)
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        async with http.stream("GET", "/v1/threads/i-one/events") as response:
+            data = await SseReader(response).next()
+            assert data["name"] == "hub.welcome" and data["value"]["interrupts"] == interrupts
+
+        # An answer to an interrupt the thread does not wait on: refused, nothing runs.
+        wrong = await http.post(
+            "/v1/threads/i-one/runs", json={"agent": "ask", "resume": [answer("nope", 1)]}
+        )
+        assert wrong.status_code == 409 and wrong.json()["code"] == "interrupt_not_open"
+        bad = await http.post(
+            "/v1/threads/i-one/runs",
+            json={"agent": "ask", "resume": [{"interruptId": "approve-i-one", "status": "?"}]},
+        )
+        assert bad.status_code == 400, bad.text
+
+        # Three answers at once: two over HTTP, one over the WebSocket (hub.run).
+        approve = answer("approve-i-one", "yes")
+        await later.send({"type": "hub.run", "agent": "ask", "resume": [approve]})
+        posts = await asyncio.gather(
+            *(
+                http.post("/v1/threads/i-one/runs", json={"agent": "ask", "resume": [approve]})
+                for _ in range(2)
+            )
+        )
+        got = await later.recv_until(lambda e: is_custom(e, "hub.run") or is_custom(e, "hub.error"))
+        answers = [p.status_code for p in posts] + [202 if is_custom(got[-1], "hub.run") else 409]
+        assert sorted(answers) == [202, 409, 409], (answers, [p.text for p in posts], got[-1])
+        refusals = [p.json() for p in posts if p.status_code == 409]
+        if is_custom(got[-1], "hub.error"):
+            refusals.append(got[-1]["value"])
+        for refusal in refusals:
+            assert refusal["code"] == "interrupt_resolved", refusal
+            assert refusal["interruptId"] == "approve-i-one"
+            assert refusal["by"] is None  # open mode: no token, no sub
+            assert rfc3339(refusal["at"])
+
+        # Every tab sees the resolution before the resumed run starts; one resume reached the
+        # agent, with the winner's answer.
+        for tab in (first, later):
+            if not any(e["type"] == "RUN_FINISHED" and "outcome" not in e for e in tab.received):
+                await tab.recv_until(lambda e: e["type"] == "RUN_FINISHED" and "outcome" not in e)
+            seen = tab.received
+            kinds = [
+                (e["type"], e.get("name"))
+                for e in seen
+                if e["type"] != "CUSTOM" or e["name"] == RESOLVED
+            ]
+            assert ("CUSTOM", RESOLVED) in kinds, seen
+            at = kinds.index(("CUSTOM", RESOLVED))
+            assert kinds[at + 1][0] == "RUN_STARTED", kinds
+            resolution = next(e for e in seen if is_custom(e, RESOLVED))["value"]
+            assert resolution["interruptId"] == "approve-i-one"
+            assert resolution["status"] == "resolved" and resolution["by"] is None
+            assert resolution["at"] == refusals[0]["at"]
+        resumed = resumed_inputs(agent, "i-one")
+        assert len(resumed) == 1, resumed
+        assert resumed[0]["resume"][0]["interruptId"] == "approve-i-one"
+        view = hub.thread("i-one")
+        assert view["interrupts"] == [] and view["run"] is None
+
+        # A late answer, after the resumed run ended: still told who answered, and when.
+        late = await http.post("/v1/threads/i-one/runs", json={"agent": "ask", "resume": [approve]})
+        assert late.status_code == 409 and late.json()["code"] == "interrupt_resolved"
+        assert late.json()["at"] == refusals[0]["at"]
+    assert len(resumed_inputs(agent, "i-one")) == 1
+
+
+async def test_three_consumers_answering_at_once_on_two_nodes_resume_the_agent_once(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    args = ["--jwt-secret-file", str(secret), *agent_args(agent, tmp_path)]
+    n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
+    subs = ("ana", "bo", "cy")
+    tokens = {s: mint_token(SECRET, "HS256", "acme", s, ["read", "write"], ttl=300) for s in subs}
+    tabs = [
+        await consumer(node, "i-nodes", additional_headers={"Authorization": f"Bearer {tokens[s]}"})
+        for node, s in zip((n0, n1, n1), subs, strict=True)
+    ]
+    asked = await ask(tabs[0], "i-nodes")
+    for tab in tabs[1:]:  # the other node's tabs see the question too
+        end = await run_end(tab, asked["runId"])
+        assert end["outcome"] == asked["outcome"]
+
+    # ana and bo answer over hub.run (n0, n1), cy over POST on n1: all at once.
+    approve = answer("approve-i-nodes", {"ok": True})
+    headers = {"Authorization": f"Bearer {tokens['cy']}"}
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        post = asyncio.create_task(
+            http.post(
+                f"{n1.http}/v1/threads/i-nodes/runs",
+                json={"agent": "ask", "resume": [approve]},
+                headers=headers,
+            )
+        )
+        await asyncio.gather(
+            *(
+                tab.send({"type": "hub.run", "agent": "ask", "resume": [approve]})
+                for tab in tabs[:2]
+            )
+        )
+        posted = await post
+    outcomes: dict[str, dict[str, Any] | None] = {}
+    for tab, sub in zip(tabs[:2], subs[:2], strict=True):
+        got = await tab.recv_until(lambda e: is_custom(e, "hub.run") or is_custom(e, "hub.error"))
+        outcomes[sub] = None if is_custom(got[-1], "hub.run") else got[-1]["value"]
+    outcomes["cy"] = None if posted.status_code == 202 else posted.json()
+    assert posted.status_code in (202, 409), posted.text
+    winners = [s for s, refusal in outcomes.items() if refusal is None]
+    assert len(winners) == 1, outcomes
+    winner = winners[0]
+    resolution = None
+    for sub, refusal in outcomes.items():
+        if refusal is not None:
+            assert refusal["code"] == "interrupt_resolved", (sub, refusal)
+            assert refusal["by"] == winner and rfc3339(refusal["at"])
+    # Every consumer, on both nodes, sees who answered, before the resumed run.
+    for tab in tabs:
+        if not any(is_custom(e, RESOLVED) for e in tab.received):
+            await tab.recv_until(lambda e: is_custom(e, RESOLVED))
+        at = next(i for i, e in enumerate(tab.received) if is_custom(e, RESOLVED))
+        resolution = tab.received[at]["value"]
+        assert resolution["by"] == winner and resolution["interruptId"] == "approve-i-nodes"
+        assert resolution["status"] == "resolved" and rfc3339(resolution["at"])
+        after = [e for e in tab.received[at + 1 :] if e["type"] != "CUSTOM"]
+        if not after:
+            after = [await tab.recv_until(lambda e: e["type"] == "RUN_STARTED")][0][-1:]
+        assert after[0]["type"] == "RUN_STARTED", after  # the resumed run, after it
+        if not any(e["type"] == "RUN_FINISHED" for e in tab.received[at:]):
+            await run_end(tab, after[0]["runId"])
+    assert resolution is not None
+    resumed = resumed_inputs(agent, "i-nodes")
+    assert len(resumed) == 1, resumed  # exactly one resume reached the agent
+    assert resumed[0]["resume"] == [approve]
+    await asyncio.sleep(0.5)  # a second resume would have reached the agent by now
+    assert len(resumed_inputs(agent, "i-nodes")) == 1

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import msgpack
+import orjson
 from websockets.frames import Frame as WsFrame
 from websockets.frames import Opcode
 
@@ -75,7 +76,28 @@ def _check_json_values(obj: Any) -> None:
 def encode(obj: Any, encoding: Encoding) -> str | bytes:
     if encoding == MSGPACK:
         return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json_bytes(obj).decode()
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Compact JSON as UTF-8, exactly the JSON ``json.dumps(separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False)`` writes (floats may be spelt differently, ``1e16``
+    for ``1e+16``: the same numbers), 10-20 times faster: orjson. Every event is encoded once
+    for all its consumers, but once per event all the same, on the node that takes it.
+
+    orjson writes NaN and infinity as ``null`` where the standard library refuses them, and
+    refuses what the standard library writes (integers past 64 bits, keys that are not
+    strings, nesting past 254): output with a ``null`` in it, and whatever orjson refuses, is
+    written by the standard library, so a value that is not JSON fails as it always did."""
+    try:
+        data = orjson.dumps(obj)
+    except TypeError:
+        data = b"null"
+    if b"null" in data:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    # orjson's bytes keep the whole buffer it wrote into (4 KiB for a 200-byte event), and a
+    # thread keeps its recent frames: a copy of the exact size, for a fraction of a microsecond.
+    return memoryview(data).tobytes()
 
 
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -97,7 +119,10 @@ def decode(data: str | bytes) -> dict[str, Any]:
                     parse_float=_json_float,
                 )
             else:
-                obj = _DECODER.decode(data)
+                try:  # orjson refuses all the standard library refuses here, and more: those
+                    obj = orjson.loads(data)  # go to it for the same answer as ever
+                except orjson.JSONDecodeError:
+                    obj = _DECODER.decode(data)
         else:
             obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_ext, timestamp=0)
             _check_json_values(obj)
@@ -168,10 +193,7 @@ class Frame:
                 self._msgpack = msgpack.packb(self.event, use_bin_type=True)
             return self._msgpack
         if self._json is None:
-            text = json.dumps(
-                self.event, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-            )
-            self._json = text.encode()
+            self._json = json_bytes(self.event)
         return self._json
 
     def freeze(self, *encodings: Encoding) -> Frame:

@@ -223,6 +223,24 @@ def test_hub_names_are_reserved_for_custom_events(thread: Thread) -> None:
     assert outcome.error is not None and outcome.error.code == "invalid_event"
 
 
+def test_the_hub_says_interrupts_were_resolved_and_a_replay_of_it_is_no_error(
+    thread: Thread,
+) -> None:
+    resolution = {"interruptId": "i1", "status": "resolved", "by": "ana", "at": "now"}
+    forged = {"type": "CUSTOM", "name": "hub.interrupt_resolved", "value": resolution}
+    refused = thread.publish(forged)  # no producer may say it
+    assert refused.error is not None and refused.error.code == "invalid_event"
+    events = thread.resolve_interrupts([resolution])
+    assert [(e["type"], e["name"], e["value"]) for e in events] == [
+        ("CUSTOM", "hub.interrupt_resolved", resolution)
+    ]
+    assert events[0]["metadata"]["hub"]["seq"] == thread.seq
+    again = Thread(thread.thread_id, epoch=thread.epoch)  # a node rebuilding from the log
+    for event in thread.log:
+        again.replay(event)
+    assert again.seq == thread.seq
+
+
 def test_abort_run_closes_everything_open(thread: Thread) -> None:
     thread.publish(run_started())
     thread.publish({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})

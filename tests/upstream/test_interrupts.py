@@ -8,6 +8,7 @@ a real scripted agent, a real redis-server for two nodes."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -202,3 +203,34 @@ async def test_three_consumers_answering_at_once_on_two_nodes_resume_the_agent_o
     assert resumed[0]["resume"] == [approve]
     await asyncio.sleep(0.5)  # a second resume would have reached the agent by now
     assert len(resumed_inputs(agent, "i-nodes")) == 1
+
+
+def sse_events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+async def test_the_httpagent_endpoint_forwards_resume_and_connect_then_asks_nothing(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    hub = start_hub(*agent_args(agent, tmp_path))
+    base = {"threadId": "i-http", "state": {}, "messages": [], "tools": [], "context": []}
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        first = await http.post("/v1/agents/ask", json={**base, "runId": "r1"})
+        asked = sse_events(first.text)[-1]
+        assert asked["type"] == "RUN_FINISHED" and asked["outcome"]["type"] == "interrupt"
+        connect = await http.post("/v1/agents/ask/connect", json={**base, "runId": "c1"})
+        assert sse_events(connect.text)[-1]["outcome"] == asked["outcome"]  # still asking
+
+        approve = answer("approve-i-http", "go")
+        second = await http.post(
+            "/v1/agents/ask", json={**base, "runId": "r2", "resume": [approve]}
+        )
+        assert sse_events(second.text)[-1]["type"] == "RUN_FINISHED", second.text
+        assert [i.get("resume") for i in agent.inputs if i["threadId"] == "i-http"] == [
+            None,
+            [approve],
+        ]
+        connect = await http.post("/v1/agents/ask/connect", json={**base, "runId": "c2"})
+        assert "outcome" not in sse_events(connect.text)[-1]  # answered: nothing open
+        again = await http.post("/v1/agents/ask", json={**base, "runId": "r3", "resume": [approve]})
+        assert again.status_code == 409 and again.json()["code"] == "interrupt_resolved"

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +193,23 @@ class Store(ABC):
         tenant's list, all of it (receipts are not thread data: they stay). True if the store
         held anything of it. A write after it creates the thread anew, with a new epoch (a
         hub node gives every creation one), so no position of before resumes into it."""
+
+    # -- expiry (``--thread-ttl``, see hub.server.expiry) ----------------------------------------
+    # A written thread's *last activity* is the later of its last write (what moves its
+    # ``updated``) and the last time a node said someone was on it (:meth:`mark_present`),
+    # both by the store's clock. The nodes delete the threads idle past the TTL.
+
+    @abstractmethod
+    async def mark_present(self, thread_ids: Collection[str]) -> None:
+        """Someone is on each of these threads now (a consumer or an agent, on some node):
+        their last activity moves to now (never back), in one request for them all. A thread
+        no write made is left alone: nothing is stored for it."""
+
+    @abstractmethod
+    async def idle_threads(self, ttl: float, limit: int) -> list[str]:
+        """Up to ``limit`` written threads (store keys) whose last activity is more than
+        ``ttl`` seconds ago, longest idle first: one request for the whole store (on Redis,
+        one round trip for every tenant), so the sweep never asks thread by thread."""
 
     # -- run leases ----------------------------------------------------------------------------
     # A run the hub itself calls an agent for (hub.server.upstream) lives in one node's task:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,8 @@ class MemoryStore(Store):
         self._sessions: dict[str, dict[str, Any]] = {}
         #: Each written thread's info, by store key (see hub.store.threads).
         self._info: dict[str, ThreadInfo] = {}
+        #: Each written thread's last activity (Unix ms; see Store.mark_present).
+        self._active: dict[str, int] = {}
 
     async def load(self, thread_id: str) -> StoredThread | None:
         record = self._records.get(thread_id)
@@ -66,6 +69,7 @@ class MemoryStore(Store):
             opened = None if run[0] is None else OpenRun(run[0], info.updated)
             info = replace(info, run=opened, interrupts=run[1])
         self._info[thread_id] = info
+        self._active[thread_id] = max(info.updated, self._active.get(thread_id, 0))
         return info
 
     async def save_record(
@@ -91,9 +95,21 @@ class MemoryStore(Store):
         self._logs.pop(thread_id, None)
         self._sessions.pop(thread_id, None)
         self._info.pop(thread_id, None)
+        self._active.pop(thread_id, None)
         self._lease_table().pop(thread_id, None)
         self._claim_table().pop(thread_id, None)
         return found
+
+    async def mark_present(self, thread_ids: Collection[str]) -> None:
+        now = now_ms()
+        for thread_id in thread_ids:
+            if thread_id in self._active:
+                self._active[thread_id] = max(now, self._active[thread_id])
+
+    async def idle_threads(self, ttl: float, limit: int) -> list[str]:
+        before = now_ms() - int(ttl * 1000)
+        idle = sorted((at, key) for key, at in self._active.items() if at < before)
+        return [key for _, key in idle[:limit]]
 
     async def thread_info(self, thread_id: str) -> ThreadInfo | None:
         info = self._info.get(thread_id)

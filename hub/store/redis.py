@@ -26,6 +26,13 @@ the info of its threads (see :mod:`hub.store.threads`), for listing them in one 
 - ``agui:{TENANT/}:thread-seq``: a hash, thread id -> its last stored seq.
 - ``agui:{TENANT/}:thread-run``: a hash, thread id -> ``STARTED:RUN_ID`` of its open run, or
   ``!N`` while none is open and its last run ended with N interrupts (AG-UI 1.0).
+- ``agui:{TENANT/}:thread-active``: a sorted set of the tenant's thread ids scored by their last
+  activity (Unix ms): the later of ``updated`` and the last time a node had someone on the
+  thread (``mark_present``), for ``--thread-ttl`` (hub.server.expiry). Its member ``''`` (no
+  thread's id) says it was filled from ``threads`` once, for threads written before it was kept.
+
+Every tenant that has had a thread is in ``agui:{tenants}`` (a set, its own hash tag), so the
+expiry sweep asks each tenant's index without scanning the keyspace.
 
 On a single Redis the append and create scripts keep them in the same call (one script, one
 round trip, atomic with the append). On a Redis Cluster they sit in another slot than the
@@ -49,6 +56,7 @@ import logging
 import secrets
 import struct
 import time
+from collections.abc import Collection
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -71,8 +79,10 @@ from hub.store.base import (
 )
 from hub.store.redis_bus import ORIGIN_BYTES, RedisBus
 from hub.store.redis_threads import (
+    IDLE,
     INDEX,
     LIST,
+    MARK_PRESENT,
     PREFIX,
     THREAD_INFO,
     TOUCH,
@@ -295,6 +305,9 @@ def lease_keys(thread_id: str) -> tuple[str, str]:
 #: ``ZRANGEBYSCORE`` finds the lapsed ones for all threads at once.
 LEASES_KEY = f"{PREFIX}{{leases}}"
 
+#: Every tenant that has had a thread (see the module's docstring).
+TENANTS_KEY = f"{PREFIX}{{tenants}}"
+
 #: Drop a run's lease only if that run holds it (KEYS: lease_keys; ARGV: run id).
 RELEASE_RUN = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -334,6 +347,19 @@ def _tag(thread_id: str) -> str:
     if not thread_id or "{" in thread_id or "}" in thread_id:
         raise BadPath(f"a thread id must be non-empty and brace-free: {thread_id!r}")
     return f"{PREFIX}{{{thread_id}}}"
+
+
+def _keyed(keys: list[str], args: list[Any]) -> list[Any]:
+    """A script's EVALSHA arguments after its sha: how many keys, the keys, the arguments."""
+    return [len(keys), *keys, *args]
+
+
+def _raise_any(replies: list[Any]) -> list[Any]:
+    """A pipeline's replies, or the first error among them raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _epoch_of(record: bytes) -> str:
@@ -469,6 +495,10 @@ class RedisStore(Store):
         self._claim = client.register_script(CLAIM_INTERRUPTS)
         self._delete = client.register_script(DELETE)
         self._unindex = client.register_script(UNINDEX)
+        self._mark_present = client.register_script(MARK_PRESENT)
+        self._idle = client.register_script(IDLE)
+        #: Whether this process looked once for tenants written before TENANTS_KEY was kept.
+        self._tenants_found = False
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
         self.origin = secrets.token_bytes(ORIGIN_BYTES)
         self._bus: RedisBus | None = None
@@ -635,10 +665,13 @@ class RedisStore(Store):
         tenant, local_id = split_key(thread_id)
         index = index_keys(tenant)
         if not self.sharded:
-            return bool(await self._create(keys=[*keys, *index], args=[*args, local_id]))
-        created = bool(await self._create(keys=keys, args=args))
-        if created:  # another slot: after it (a lost update is made by the next append)
-            await self._index(keys=index, args=[local_id, "0", "c"])
+            created = bool(await self._create(keys=[*keys, *index], args=[*args, local_id]))
+        else:
+            created = bool(await self._create(keys=keys, args=args))
+            if created:  # another slot: after it (a lost update is made by the next append)
+                await self._index(keys=index, args=[local_id, "0", "c"])
+        if created:
+            await self.client.sadd(TENANTS_KEY, tenant)
         return created
 
     async def append(self, thread_id: str, events: list[Event]) -> None:
@@ -736,6 +769,47 @@ class RedisStore(Store):
         if run is not None:
             await self.client.zrem(LEASES_KEY, _lease_member(thread_id, text_of(run)))
         return bool(deleted) or bool(indexed)
+
+    async def mark_present(self, thread_ids: Collection[str]) -> None:
+        """One script per tenant, all in one pipeline (one round trip)."""
+        by_tenant: dict[str, list[str]] = {}
+        for thread_id in thread_ids:
+            tenant, local_id = split_key(thread_id)
+            by_tenant.setdefault(tenant, []).append(local_id)
+        commands = [_keyed(index_keys(t), ids) for t, ids in by_tenant.items()]
+        if commands:
+            _raise_any(await self._appends._pipeline(self._mark_present, commands))
+
+    async def idle_threads(self, ttl: float, limit: int) -> list[str]:
+        """The tenants (one SMEMBERS), then one script per tenant in one pipeline."""
+        tenants = sorted(text_of(t) for t in await self.client.smembers(TENANTS_KEY))
+        if not self._tenants_found:
+            tenants = sorted(set(tenants) | set(await self._older_tenants()))
+            self._tenants_found = True
+        if not tenants:
+            return []
+        commands = [_keyed(index_keys(t), [int(ttl * 1000), limit]) for t in tenants]
+        replies = _raise_any(await self._appends._pipeline(self._idle, commands))
+        idle: list[tuple[float, str]] = []
+        for tenant, reply in zip(tenants, replies, strict=True):
+            prefix = f"{tenant}/" if tenant else ""
+            for i in range(0, len(reply), 2):
+                idle.append((float(text_of(reply[i + 1])), prefix + text_of(reply[i])))
+        return [key for _, key in sorted(idle)[:limit]]
+
+    async def _older_tenants(self) -> list[str]:
+        """Tenants of threads written before TENANTS_KEY was kept: one scan of the keyspace
+        for their indexes, once per process, and kept in TENANTS_KEY from then on."""
+        head, tail = len(PREFIX) + 1, len("/}:threads")
+        found = sorted(
+            {
+                key.decode()[head:-tail]
+                async for key in self.client.scan_iter(match=f"{PREFIX}{{*/}}:threads", count=1000)
+            }
+        )
+        if found:
+            await self.client.sadd(TENANTS_KEY, *found)
+        return found
 
     async def _update_thread(self, thread_id: str, changes: dict[str, Any]) -> ThreadInfo | None:
         tenant, local_id = split_key(thread_id)

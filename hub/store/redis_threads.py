@@ -17,11 +17,12 @@ from hub.store.threads import OpenRun, RunChange, ThreadInfo
 PREFIX = "agui:"
 
 # Lua: a write to a thread moves its info forward: ``touch(k, id, seq, run)`` with the tenant's
-# index keys at KEYS[k + 1..k + 4] (index_keys), the thread's id in its tenant, its last seq
+# index keys at KEYS[k + 1..k + 5] (index_keys), the thread's id in its tenant, its last seq
 # ('' to leave it) and its run ('' to leave it, 'c' .. N: none open, N interrupts open, 'o' ..
 # run id: that one opened now). The run hash holds 'AT:RUN' for an open run, '!N' for none open
 # with N interrupts, nothing for neither. ``updated`` is Redis's clock, never earlier than the
-# thread's last. Returns it (ms).
+# thread's last; the thread's last activity (the active set, see IDLE) moves to it too.
+# Returns it (ms).
 TOUCH = """
 local function touch(k, id, seq, run)
   local t = redis.call('TIME')
@@ -30,6 +31,7 @@ local function touch(k, id, seq, run)
   if prev and prev > now then now = prev end
   local at = string.format('%d', now)
   redis.call('ZADD', KEYS[k + 1], at, id)
+  redis.call('ZADD', KEYS[k + 5], 'GT', at, id)
   redis.call('HSETNX', KEYS[k + 2], id, '{"created":' .. at .. '}')
   if seq ~= '' then redis.call('HSET', KEYS[k + 3], id, seq) end
   if run == 'c' or run == 'c0' then
@@ -95,8 +97,46 @@ UNINDEX = """
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
 return redis.call('ZREM', KEYS[1], ARGV[1])
 """
+
+# Lua: Redis's clock in Unix ms, as the local ``now``.
+NOW = """local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: the tenant's index keys. ARGV: thread ids in the tenant. Someone is on each: its last
+# activity moves to now (never back); an id the index does not hold (never written, or deleted)
+# is left alone.
+MARK_PRESENT = (
+    NOW
+    + """local at = string.format('%d', now)
+for i = 1, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[5], 'GT', at, ARGV[i])
+  end
+end
+return 0
+"""
+)
+
+# KEYS: the tenant's index keys. ARGV: the TTL (ms), the most ids to return. The tenant's threads
+# whose last activity is older than the TTL, longest idle first, with it: {id, ms, id, ms...}.
+# The first time for a tenant whose threads were written before the active set was kept, it is
+# filled from their ``updated`` (and the member '', which no thread id is, says it was, with a
+# score no cutoff reaches).
+IDLE = (
+    NOW
+    + """if not redis.call('ZSCORE', KEYS[5], '') then
+  redis.call('ZUNIONSTORE', KEYS[5], 2, KEYS[5], KEYS[1], 'AGGREGATE', 'MAX')
+  redis.call('ZADD', KEYS[5], 'inf', '')
+end
+local before = now - tonumber(ARGV[1])
+return redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. string.format('%d', before),
+                  'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+"""
+)
 
 # KEYS: the tenant's index keys. ARGV: limit, the cursor's updated and id ('' and '' for none),
 # archived ('' either, '1', '0'), agent ('' any), the most entries to look at. One page, most
@@ -159,11 +199,18 @@ return {rows, rank < total and 1 or 0, last_id, last_score}
 
 
 def index_keys(tenant: str) -> list[str]:
-    """The tenant's thread index: ids by update, info, seqs, open runs (one hash tag)."""
+    """The tenant's thread index: ids by update, info, seqs, open runs, ids by last activity
+    (one hash tag)."""
     if "{" in tenant or "}" in tenant:
         raise BadPath(f"a tenant must be brace-free: {tenant!r}")
     tag = f"{PREFIX}{{{tenant}/}}"
-    return [f"{tag}:threads", f"{tag}:thread-info", f"{tag}:thread-seq", f"{tag}:thread-run"]
+    return [
+        f"{tag}:threads",
+        f"{tag}:thread-info",
+        f"{tag}:thread-seq",
+        f"{tag}:thread-run",
+        f"{tag}:thread-active",
+    ]
 
 
 def run_arg(change: RunChange | None) -> str:

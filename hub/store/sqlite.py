@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 from hub.errors import UnknownThread
@@ -58,7 +59,9 @@ CREATE TABLE IF NOT EXISTS thread_info (
     agent TEXT,
     run_id TEXT,
     run_started INTEGER,
-    interrupts INTEGER NOT NULL DEFAULT 0
+    interrupts INTEGER NOT NULL DEFAULT 0,
+    -- Its last activity (Unix ms): the later of its last write and the last mark_present.
+    active INTEGER
 );
 CREATE INDEX IF NOT EXISTS thread_info_by_change
     ON thread_info (tenant, updated DESC, local_id DESC);
@@ -70,12 +73,13 @@ INFO_COLUMNS = (
     " interrupts"
 )
 
-# A write to a thread (?: thread_id, tenant, local_id, now): its info moved forward, made if it
-# had none, only if the store holds the thread.
+# A write to a thread (?: thread_id, tenant, local_id, now): its info moved forward (and its last
+# activity), made if it had none, only if the store holds the thread.
 TOUCH = """
-INSERT INTO thread_info (thread_id, tenant, local_id, created, updated, seq)
-SELECT thread_id, ?2, ?3, ?4, ?4, 0 FROM threads WHERE thread_id = ?1
-ON CONFLICT (thread_id) DO UPDATE SET updated = max(updated, excluded.updated)
+INSERT INTO thread_info (thread_id, tenant, local_id, created, updated, seq, active)
+SELECT thread_id, ?2, ?3, ?4, ?4, 0, ?4 FROM threads WHERE thread_id = ?1
+ON CONFLICT (thread_id) DO UPDATE SET updated = max(updated, excluded.updated),
+    active = max(coalesce(active, 0), excluded.updated)
 """
 
 
@@ -221,6 +225,28 @@ class SqliteStore(Store):
                 found += cursor.rowcount
         return found > 0
 
+    async def mark_present(self, thread_ids: Collection[str]) -> None:
+        if thread_ids:
+            await self._run(self._mark_present, list(thread_ids))
+
+    def _mark_present(self, thread_ids: list[str]) -> None:
+        now = now_ms()
+        with _transaction(self.db):
+            self.db.executemany(
+                "UPDATE thread_info SET active = max(coalesce(active, 0), ?) WHERE thread_id = ?",
+                [(now, thread_id) for thread_id in thread_ids],
+            )
+
+    async def idle_threads(self, ttl: float, limit: int) -> list[str]:
+        before = now_ms() - int(ttl * 1000)
+        rows: list[tuple[str]] = await self._run(
+            lambda: self.db.execute(
+                "SELECT thread_id FROM thread_info WHERE active < ? ORDER BY active LIMIT ?",
+                (before, limit),
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
+
     async def thread_info(self, thread_id: str) -> ThreadInfo | None:
         row = await self._run(
             lambda: self.db.execute(
@@ -289,8 +315,9 @@ class SqliteStore(Store):
         with _transaction(self.db):
             now = now_ms()
             cursor = self.db.execute(
-                f"UPDATE thread_info SET {assigned}, updated = max(updated, ?) WHERE thread_id = ?",
-                (*values.values(), now, thread_id),
+                f"UPDATE thread_info SET {assigned}, updated = max(updated, ?),"
+                " active = max(coalesce(active, 0), ?) WHERE thread_id = ?",
+                (*values.values(), now, now, thread_id),
             )
             if cursor.rowcount != 1:
                 return None
@@ -316,6 +343,10 @@ def _migrate(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(thread_info)")}
     if "interrupts" not in columns:
         db.execute("ALTER TABLE thread_info ADD COLUMN interrupts INTEGER NOT NULL DEFAULT 0")
+    if "active" not in columns:  # a thread's last activity counts from its last write
+        db.execute("ALTER TABLE thread_info ADD COLUMN active INTEGER")
+        db.execute("UPDATE thread_info SET active = updated")
+    db.execute("CREATE INDEX IF NOT EXISTS thread_info_by_activity ON thread_info (active)")
 
 
 def _info_of(row: tuple[Any, ...]) -> ThreadInfo:

@@ -577,7 +577,7 @@ async def leftovers(store: Store, name: str) -> list[str]:
             )
             found += [f"{table} {r[0]}" for r in rows if name in r[0]]
     elif isinstance(store, MemoryStore):
-        for table in (store._records, store._logs, store._sessions, store._info):
+        for table in (store._records, store._logs, store._sessions, store._info, store._active):
             found += [key for key in table if name in key]
     found += [t for t in store._lease_table() if name in t]
     return found
@@ -630,3 +630,38 @@ async def test_delete_thread_leaves_nothing_of_it_and_touches_no_other(opener: O
     reopened = await opener()  # durable stores: the delete is durable too
     assert await reopened.load_session("acme/doomed") is None
     assert await reopened.head("acme/doomed") == (0, "e2")
+
+
+async def test_threads_idle_past_a_ttl_are_one_question_longest_idle_first(opener: Opener) -> None:
+    """A thread's last activity is its last write or the last mark that someone is on it
+    (--thread-ttl, hub.server.expiry): for every tenant at once, a mark moves it and leaves
+    the list's order alone, and an id nobody wrote gets nothing stored."""
+    store = await opener()
+    for key in ("beta/b1", "acme/a1", "acme/a2"):
+        await store.create_new(key, pack({"epoch": "e", "seq": 0}))
+        await asyncio.sleep(0.02)
+    assert await store.idle_threads(0.2, 10) == []
+    await asyncio.sleep(0.3)
+    assert await store.idle_threads(0.2, 10) == ["beta/b1", "acme/a1", "acme/a2"]
+    assert await store.idle_threads(0.2, 2) == ["beta/b1", "acme/a1"]
+    listed = (await store.list_threads("acme")).threads
+
+    await store.mark_present(["acme/a1", "acme/never"])
+    await asyncio.sleep(0.01)  # one after the other, on the store's clock (ms)
+    await store.append("beta/b1", [event(1)])
+    assert await store.idle_threads(0.2, 10) == ["acme/a2"]
+    assert (await store.list_threads("acme")).threads == listed  # a mark is not a change
+    assert await store.thread_info("acme/never") is None
+    assert await store.load("acme/never") is None
+    await asyncio.sleep(0.01)
+    await store.update_thread("acme/a2", name="kept")
+    assert await store.idle_threads(0.2, 10) == []
+
+    await asyncio.sleep(0.3)
+    assert await store.idle_threads(0.2, 10) == ["acme/a1", "beta/b1", "acme/a2"]
+    assert await store.delete_thread("acme/a1")
+    assert await store.idle_threads(0.2, 10) == ["beta/b1", "acme/a2"]
+    assert await store.idle_threads(60.0, 10) == []
+    await store.mark_present([])  # nothing to say: nothing asked
+    reopened = await opener()  # durable stores: last activity is kept
+    assert await reopened.idle_threads(0.2, 10) == ["beta/b1", "acme/a2"]

@@ -194,13 +194,15 @@ async def test_on_a_single_redis_the_thread_list_costs_no_round_trip_per_event_a
     await client.config_resetstat()
     await store.append("acme/doc", [event(2), event(3)])
     assert await round_trips(client) == 1
-    assert (await commands_run(client))["zadd"] == 1  # the index, in that one call
+    # The index and the thread's last activity (--thread-ttl), in that one call.
+    assert (await commands_run(client))["zadd"] == 2
     await client.config_resetstat()
     page = await store.list_threads("acme")
     assert [(i.thread_id, i.seq) for i in page.threads] == [("doc", 3)]
     assert await round_trips(client) == 1
     index = sorted([k.decode() async for k in client.scan_iter(match="agui:{acme/}:*")])
     assert index == [
+        "agui:{acme/}:thread-active",
         "agui:{acme/}:thread-info",
         "agui:{acme/}:thread-seq",
         "agui:{acme/}:threads",

@@ -38,6 +38,7 @@ from hub.errors import BadHost, BadOrigin, BadPath, BadStatePath, LimitExceeded,
 from hub.receipts.store import ReceiptStore
 from hub.server.config import Config, StartupError
 from hub.server.deletes import ThreadDeletes
+from hub.server.expiry import ThreadExpiry
 from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
@@ -87,6 +88,9 @@ class HubServer:
         self.receipts = ReceiptsService(hub, self.guard, receipts)
         self.agents = AgentEndpoint(hub, self.guard)
         self.upstream = Upstream(hub, self.guard)
+        self.deletes = ThreadDeletes(hub, self.upstream)
+        ttl = self.config.thread_ttl
+        self.expiry = None if ttl is None else ThreadExpiry(hub, self.deletes, ttl)
         self.sockets: list[SocketRoute] = [
             self.receipts,
             ConsumerEndpoint(hub, self.guard, self.upstream),
@@ -94,7 +98,7 @@ class HubServer:
         ]
         self.pages: list[HttpRoute] = [
             NodePages(hub, self.guard, self),
-            ThreadsApi(hub, self.guard, ThreadDeletes(hub, self.upstream)),
+            ThreadsApi(hub, self.guard, self.deletes),
             ThreadView(hub, self.guard),
             HttpApi(hub, self.guard, self.upstream),
             ReceiptsRoutes(self.receipts),
@@ -128,6 +132,8 @@ class HubServer:
         """Start the node's services and, with ``listen``, bind its port (an ASGI app
         mounted elsewhere does not: see hub.server.asgi)."""
         self.upstream.start_watch()
+        if self.expiry is not None:
+            self.expiry.start()
         if not listen:
             await self.receipts.start()
             return
@@ -146,6 +152,8 @@ class HubServer:
                 create_connection=front_door(self._http_connection),
             )
         except OSError as exc:  # what started is stopped: the process can end cleanly
+            if self.expiry is not None:
+                await self.expiry.close()
             await self.upstream.close()
             await self.receipts.close()
             await self.hub.close()
@@ -201,6 +209,8 @@ class HubServer:
             # while Redis is down): not past the drain timeout. Closing the hub below settles
             # or abandons what the store did not answer, and that lets those handlers end.
             await self._wait_closed(self.config.drain_timeout)
+        if self.expiry is not None:  # nothing is deleted while the node stops
+            await self.expiry.close()
         await self.upstream.close()  # its runs end before the store is flushed
         await self.receipts.close()
         await self.hub.close()

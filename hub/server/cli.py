@@ -74,6 +74,13 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         "--retention", type=count(1, "events"), default=10_000, help="events kept per thread"
     )
     parser.add_argument(
+        "--thread-ttl",
+        type=seconds(),
+        default=None,
+        metavar="SECONDS",
+        help="delete a thread with no event and nobody on it for this long (default: never)",
+    )
+    parser.add_argument(
         "--redis-pool",
         type=count(1, "connections"),
         default=64,
@@ -230,6 +237,7 @@ def _config(args: argparse.Namespace) -> Config:
         port=args.port,
         store=args.store,
         retention=args.retention,
+        thread_ttl=args.thread_ttl,
         redis_pool=args.redis_pool,
         consumer_buffer=args.consumer_buffer,
         slow_timeout=args.slow_timeout,

@@ -43,6 +43,9 @@ class Config:
     node: str = field(default_factory=default_node_id)
     #: Events each thread's log keeps for replay on reconnect.
     retention: int = 10_000
+    #: Seconds a thread may go without an event and without anyone on it (on any node) before
+    #: it is deleted, as a DELETE would (hub.server.expiry); None: never.
+    thread_ttl: float | None = None
     #: Connections to one Redis, at most: a burst past it waits (redis:// stores only).
     redis_pool: int = 64
     #: Bytes one consumer may have queued before its backlog is conflated into one snapshot.

@@ -55,9 +55,10 @@ class ThreadDeletes:
         self._background: set[asyncio.Task[None]] = set()
         hub.broker.on_deleted = self._heard
 
-    async def delete(self, key: str) -> bool:
+    async def delete(self, key: str, cause: str = "request") -> bool:
         """Delete the thread ``key`` (``tenant/thread``) from the store and from every node:
-        True if the store held anything of it."""
+        True if the store held anything of it. ``cause``: what the delete is counted as
+        (``request``, a ``DELETE``; ``ttl``, the expiry sweep of hub.server.expiry)."""
         hub = self.hub
         loaded = hub.loaded.get(key)
         if loaded is not None:
@@ -70,7 +71,7 @@ class ThreadDeletes:
         if loaded is not None:
             await self._drop(loaded)
         if found:
-            hub.metrics.inc(DELETED, cause="request")
+            hub.metrics.inc(DELETED, cause=cause)
         return found
 
     def _heard(self, key: str, cause: str) -> None:

@@ -104,6 +104,9 @@ class Hub:
             self.persistence = LocalPersistence(self, store, config, self.metrics, health=health)
         #: Called with a thread's key when it is unloaded (tenant thread counts).
         self.on_unload: Callable[[str], None] = lambda key: None
+        #: Called with a thread's key when its first consumer on this node attaches
+        #: (hub.server.expiry marks it in use).
+        self.on_watched: Callable[[str], None] = lambda key: None
 
     @property
     def store_ok(self) -> bool:
@@ -534,7 +537,9 @@ class Hub:
         if cause is not None:
             outbox.repair(cause)
         loaded.consumers.add(outbox)
-        self._watched.add(loaded)
+        if loaded not in self._watched:
+            self._watched.add(loaded)
+            self.on_watched(loaded.key)
         return cause
 
     def detach(self, loaded: LoadedThread, outbox: Outbox) -> None:
@@ -551,6 +556,12 @@ class Hub:
         return [
             *self.store.gauges(),
             ("agui_hub_threads", "Threads loaded on this node.", {}, float(len(self.loaded))),
+            (
+                "agui_hub_threads_watched",
+                "Threads loaded on this node with a consumer on it here.",
+                {},
+                float(len(self._watched)),
+            ),
             (
                 "agui_hub_threads_running",
                 "Threads loaded on this node with a run open.",

@@ -51,7 +51,8 @@ COUNTERS = {
     ),
     "agui_hub_threads_deleted_total": (
         "Threads deleted, by cause: request (a DELETE this node served and the store held "
-        "the thread), peer (another node's delete dropped this node's copy), store (a write "
+        "the thread), ttl (this node's sweep found it idle past --thread-ttl and the store "
+        "held it), peer (another node's delete dropped this node's copy), store (a write "
         "found the thread gone from the store and dropped the copy)."
     ),
     "agui_hub_bus_reader_restarts_total": (

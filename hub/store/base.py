@@ -211,6 +211,12 @@ class Store(ABC):
         ``ttl`` seconds ago, longest idle first: one request for the whole store (on Redis,
         one round trip for every tenant), so the sweep never asks thread by thread."""
 
+    async def hold_sweep(self, node: str, ttl: float) -> bool:
+        """Take or renew the store-wide lease of the expiry sweep for ``node``, for ``ttl``
+        seconds: True if ``node`` holds it now, False while another node's has not lapsed. So
+        one node at a time sweeps a shared store. A node-local store has one node: True."""
+        return True
+
     # -- run leases ----------------------------------------------------------------------------
     # A run the hub itself calls an agent for (hub.server.upstream) lives in one node's task:
     # if that node dies, nobody else can end it. So the node holds a lease on it, renewed

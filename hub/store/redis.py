@@ -308,6 +308,19 @@ LEASES_KEY = f"{PREFIX}{{leases}}"
 #: Every tenant that has had a thread (see the module's docstring).
 TENANTS_KEY = f"{PREFIX}{{tenants}}"
 
+#: The node holding the expiry sweep's lease (hub.server.expiry), expiring.
+SWEEP_KEY = f"{PREFIX}{{sweep}}"
+
+#: Take or renew the sweep's lease (KEYS: SWEEP_KEY; ARGV: node, ms): 1 if the node holds it.
+HOLD_SWEEP = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
 #: Drop a run's lease only if that run holds it (KEYS: lease_keys; ARGV: run id).
 RELEASE_RUN = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -497,6 +510,7 @@ class RedisStore(Store):
         self._unindex = client.register_script(UNINDEX)
         self._mark_present = client.register_script(MARK_PRESENT)
         self._idle = client.register_script(IDLE)
+        self._hold_sweep = client.register_script(HOLD_SWEEP)
         #: Whether this process looked once for tenants written before TENANTS_KEY was kept.
         self._tenants_found = False
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
@@ -796,6 +810,10 @@ class RedisStore(Store):
             for i in range(0, len(reply), 2):
                 idle.append((float(text_of(reply[i + 1])), prefix + text_of(reply[i])))
         return [key for _, key in sorted(idle)[:limit]]
+
+    async def hold_sweep(self, node: str, ttl: float) -> bool:
+        held = await self._hold_sweep(keys=[SWEEP_KEY], args=[node, max(1, int(ttl * 1000))])
+        return bool(held)
 
     async def _older_tenants(self) -> list[str]:
         """Tenants of threads written before TENANTS_KEY was kept: one scan of the keyspace

@@ -665,3 +665,16 @@ async def test_threads_idle_past_a_ttl_are_one_question_longest_idle_first(opene
     await store.mark_present([])  # nothing to say: nothing asked
     reopened = await opener()  # durable stores: last activity is kept
     assert await reopened.idle_threads(0.2, 10) == ["beta/b1", "acme/a2"]
+
+
+async def test_one_node_at_a_time_holds_the_sweep_lease_until_it_lapses(opener: Opener) -> None:
+    store = await opener()
+    assert await store.hold_sweep("a", 0.2)
+    assert await store.hold_sweep("a", 0.2)  # renewed
+    if not store.shared:  # one node: it always holds it
+        assert await store.hold_sweep("b", 0.2)
+        return
+    assert not await store.hold_sweep("b", 0.2)
+    await asyncio.sleep(0.3)
+    assert await store.hold_sweep("b", 0.2)  # a's lapsed: b takes it over
+    assert not await store.hold_sweep("a", 0.2)

@@ -1,5 +1,6 @@
 """A SQLite file an older version of the hub wrote opens with this version's schema: the
-columns added since (``thread_info.interrupts``, ``thread_info.active``) are added, and what the file held is kept."""
+columns added since (``thread_info.interrupts``, ``thread_info.active``) are added, and what
+the file held is kept."""
 
 from __future__ import annotations
 

@@ -127,3 +127,20 @@ def test_json_logs_are_one_object_a_line_with_the_thread_and_node(
     assert entries and all(e["node"] == "n-json" and "time" in e and "level" in e for e in entries)
     dropped = [e for e in entries if "frobnicate" in e["message"]]
     assert dropped and dropped[0]["thread"] == "j-1" and dropped[0]["tenant"] == "default"
+
+
+def test_thread_ttl_is_off_by_default_and_comes_from_every_layer(tmp_path: Path) -> None:
+    args, sources = parse(["serve"], {})
+    assert _config(args).thread_ttl is None and "thread_ttl" not in sources  # type: ignore[arg-type]
+    file = tmp_path / "hub.toml"
+    file.write_text("thread-ttl = 86400\n")
+    args, _ = parse(["serve", "--config", str(file)], {})
+    assert _config(args).thread_ttl == 86400.0  # type: ignore[arg-type]
+    args, sources = parse(["serve", "--config", str(file)], {"AGUI_HUB_THREAD_TTL": "3600"})
+    assert _config(args).thread_ttl == 3600.0  # type: ignore[arg-type]
+    assert sources["thread_ttl"] == "env AGUI_HUB_THREAD_TTL"
+    args, _ = parse(["serve", "--thread-ttl", "60"], {"AGUI_HUB_THREAD_TTL": "3600"})
+    assert _config(args).thread_ttl == 60.0  # type: ignore[arg-type]
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError, match="thread-ttl must be a number of seconds, more"):
+            parse(["serve"], {"AGUI_HUB_THREAD_TTL": bad})

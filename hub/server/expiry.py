@@ -100,6 +100,8 @@ class ThreadExpiry:
             timeout = max(0.0, next_sweep - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
+            if self._wake.is_set():  # a join: with the others of the next moment, in one mark
+                await asyncio.sleep(TICK_MIN)
             self._wake.clear()
             try:
                 await self.mark()

@@ -100,7 +100,7 @@ async def writing(agent: Producer, stop: asyncio.Event) -> None:
 
 
 def redis_leftovers(url: str, name: str) -> list[str]:
-    """Every key of the Redis that names ``name``, and every index or lease member that does."""
+    """Every key of the Redis that names ``name``, and every set, zset or hash member that does."""
     found = []
     with redis.Redis.from_url(url) as client:
         for raw in client.scan_iter(count=1000):
@@ -113,6 +113,8 @@ def redis_leftovers(url: str, name: str) -> list[str]:
                 if kind == "zset"
                 else client.hkeys(raw)
                 if kind == "hash"
+                else client.smembers(raw)
+                if kind == "set"
                 else []
             )
             found += [f"{key} {m.decode()}" for m in members if name in m.decode()]

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from agui_hub_client import Producer
 from redis_support import RedisServer
 from support import HubProcess
 from websockets.asyncio.client import ClientConnection, connect
+
+from server.test_thread_delete import redis_leftovers
 
 TTL = 1.0
 TIMEOUT = 10.0
@@ -71,28 +72,6 @@ async def reads_as_never_written(http: httpx.AsyncClient, thread_id: str) -> Non
     assert response.status_code == 200, response.text
     view = response.json()
     assert (view["seq"], view["epoch"], view["state"], view["messages"]) == (0, None, {}, [])
-
-
-def redis_keys_naming(url: str, name: str) -> list[str]:
-    """Every key of the Redis that names ``name``, and every set, zset or hash member that does."""
-    found = []
-    with redis.Redis.from_url(url) as client:
-        for raw in client.scan_iter(count=1000):
-            key = raw.decode()
-            if name in key:
-                found.append(key)
-            kind = client.type(raw).decode()
-            members = (
-                client.zrange(raw, 0, -1)
-                if kind == "zset"
-                else client.hkeys(raw)
-                if kind == "hash"
-                else client.smembers(raw)
-                if kind == "set"
-                else []
-            )
-            found += [f"{key} {m.decode()}" for m in members if name in m.decode()]
-    return found
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
@@ -151,7 +130,7 @@ async def test_a_consumer_on_another_node_keeps_the_thread_until_it_leaves(
             await until_gone(http_a, "unwatched", 4 * TTL)
             await asyncio.sleep(2 * TTL)
             assert await listed(http_a) == {"shared"} and await listed(http_b) == {"shared"}
-            assert redis_keys_naming(url, "shared")
+            assert redis_leftovers(url, "shared")
             swept = [n.metric(DELETED, cause="ttl") for n in (a, b)]
             assert sum(swept) == 1.0, swept  # one node deleted it; the other's delete found none
 
@@ -159,8 +138,8 @@ async def test_a_consumer_on_another_node_keeps_the_thread_until_it_leaves(
             await until_gone(http_a, "shared", 4 * TTL)
             await reads_as_never_written(http_b, "shared")
             await asyncio.sleep(0.5)  # anything in flight would have landed by now
-            assert redis_keys_naming(url, "shared") == []
-            assert redis_keys_naming(url, "unwatched") == []
+            assert redis_leftovers(url, "shared") == []
+            assert redis_leftovers(url, "unwatched") == []
             swept = [n.metric(DELETED, cause="ttl") for n in (a, b)]
             assert sum(swept) == 2.0, swept
     finally:

@@ -279,6 +279,19 @@ class Store(ABC):
         table[thread_id] = mine
         return None
 
+    async def release_interrupts(
+        self, thread_id: str, run_id: str, interrupt_ids: list[str], claim: dict[str, Any]
+    ) -> None:
+        """Give back a claim :meth:`claim_interrupts` made with these very arguments, because
+        the run that was to take the answers up did not open (refused, or the store failed):
+        the interrupts are open to another answer. Only that claim is released: one that
+        replaced it (a later run's) stays."""
+        held = self._claim_table().get(thread_id, {})
+        for interrupt_id in interrupt_ids:
+            found = held.get(interrupt_id)
+            if found == {"runId": run_id, "interruptId": interrupt_id, **claim}:
+                del held[interrupt_id]
+
     async def interrupt_claim(self, thread_id: str, interrupt_id: str) -> dict[str, Any] | None:
         """The latest claim of an interrupt of that id on the thread (of whichever run), or
         None: what a late answer is told."""

@@ -347,9 +347,28 @@ return false
 """
 
 
+#: Give back a claim (KEYS: interrupt_key of each; ARGV: each key's claim as JSON, as
+#: CLAIM_INTERRUPTS set it): a key is deleted only while it holds that very claim.
+RELEASE_INTERRUPTS = """
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i] then
+    redis.call('DEL', key)
+  end
+end
+return 0
+"""
+
+
 def interrupt_key(thread_id: str, interrupt_id: str) -> str:
     """The claim of the thread's interrupt of that id (under the thread's hash tag)."""
     return f"{_tag(thread_id)}:interrupt:{interrupt_id}"
+
+
+def _claim_json(run_id: str, interrupt_id: str, claim: dict[str, Any]) -> str:
+    """An interrupt's claim as Redis holds it: the same bytes for the same arguments, so a
+    release can tell its own claim from another's."""
+    held = {"runId": run_id, "interruptId": interrupt_id, **claim}
+    return json.dumps(held, separators=(",", ":"))
 
 
 def _lease_member(thread_id: str, run_id: str) -> str:
@@ -506,6 +525,7 @@ class RedisStore(Store):
         self._log = client.register_script(LOG)
         self._release_run = client.register_script(RELEASE_RUN)
         self._claim = client.register_script(CLAIM_INTERRUPTS)
+        self._release_interrupts = client.register_script(RELEASE_INTERRUPTS)
         self._delete = client.register_script(DELETE)
         self._unindex = client.register_script(UNINDEX)
         self._mark_present = client.register_script(MARK_PRESENT)
@@ -625,16 +645,22 @@ class RedisStore(Store):
     ) -> dict[str, Any] | None:
         if not interrupt_ids:
             return None
-        claims = [
-            json.dumps({"runId": run_id, "interruptId": i, **claim}, separators=(",", ":"))
-            for i in interrupt_ids
-        ]
+        claims = [_claim_json(run_id, i, claim) for i in interrupt_ids]
         keys = [interrupt_key(thread_id, i) for i in interrupt_ids]
         held = await self._claim(keys=keys, args=[run_id, int(CLAIM_TTL * 1000), *claims])
         if held is None:
             return None
         found: dict[str, Any] = json.loads(held)
         return found
+
+    async def release_interrupts(
+        self, thread_id: str, run_id: str, interrupt_ids: list[str], claim: dict[str, Any]
+    ) -> None:
+        if not interrupt_ids:
+            return
+        claims = [_claim_json(run_id, i, claim) for i in interrupt_ids]
+        keys = [interrupt_key(thread_id, i) for i in interrupt_ids]
+        await self._release_interrupts(keys=keys, args=claims)
 
     async def interrupt_claim(self, thread_id: str, interrupt_id: str) -> dict[str, Any] | None:
         held = await self.client.get(interrupt_key(thread_id, interrupt_id))

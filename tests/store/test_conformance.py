@@ -263,6 +263,28 @@ async def test_the_first_claim_of_an_interrupt_wins_and_the_others_are_told_it(
     assert await store.claim_interrupts("u", "r1", ["i1"], {"by": "f", "at": "now"}) is None
 
 
+async def test_a_released_claim_leaves_the_interrupts_open_to_the_next_answer(
+    opener: Opener,
+) -> None:
+    store = await opener()
+    other = await opener() if store.shared else store
+    mine = {"by": "a", "at": "now", "claim": "c1"}
+    assert await store.claim_interrupts("t", "r1", ["i1", "i2"], mine) is None
+    # Another answer's release, or one that names other interrupts, gives back nothing.
+    await other.release_interrupts("t", "r1", ["i1", "i2"], {**mine, "claim": "c2"})
+    await other.release_interrupts("t", "r0", ["i1"], mine)
+    held = await other.claim_interrupts("t", "r1", ["i1"], {"by": "b", "at": "later"})
+    assert held is not None and held["by"] == "a"
+    # The run that claimed did not open: released on any node, the next answer claims.
+    await other.release_interrupts("t", "r1", ["i1", "i2"], mine)
+    assert await store.interrupt_claim("t", "i1") is None
+    assert await other.interrupt_claim("t", "i2") is None
+    assert await other.claim_interrupts("t", "r1", ["i1", "i2"], {"by": "b", "at": "x"}) is None
+    # A release after someone else claimed leaves theirs in place.
+    await store.release_interrupts("t", "r1", ["i1", "i2"], mine)
+    assert (await store.interrupt_claim("t", "i2") or {})["by"] == "b"
+
+
 # -- thread info: the list of a tenant's threads (hub.store.threads) ---------------------------
 
 

@@ -155,8 +155,9 @@ class Upstream:
         resume = [dict(entry) for entry in command.resume]
         resolutions: list[dict[str, Any]] = []
         asked: str | None = None
+        claim: dict[str, Any] = {}
         if resume:
-            asked, resolutions = await self._claim(loaded, resume, by)
+            asked, resolutions, claim = await self._claim(loaded, resume, by)
 
         def open_run(thread: Thread) -> Outcome:
             if thread.run is not None:
@@ -202,8 +203,24 @@ class Upstream:
                     on_open(thread)
             return outcome
 
+        try:
+            await self._open(loaded, run_id, command.policy or target.policy, open_run)
+        except BaseException:
+            if claim:  # the run did not open: the answers it claimed are open again
+                await asyncio.shield(self._unclaim(loaded, asked, resume, claim))
+            raise
+        loaded.producers += 1  # keeps the thread loaded while the run lasts
+        task = asyncio.create_task(self._run(loaded, target, run_id, dict(built)))
+        self.runs[(loaded.key, run_id)] = task
+        # The thread's list entry names the agent of its latest run (GET /v1/threads).
+        self.hub.persistence.update_info(loaded, agent=command.agent)
+        return {"threadId": thread_id, "runId": run_id}
+
+    async def _open(self, loaded: LoadedThread, run_id: str, policy: str, open_run: Change) -> None:
+        """Lease the run and open it in the thread (``open_run``), or raise why it did not
+        open (:class:`RunInProgress`, the change's refusal, the store's failure); a run that
+        did not open holds no lease."""
         store = self.hub.store
-        policy = command.policy or target.policy
         # Supersede: cancel the open run, then open this one; a caller that superseded at
         # the same moment may open its run first, and is superseded in turn.
         for attempt in range(SUPERSEDE_ATTEMPTS if policy == "supersede" else 1):
@@ -215,27 +232,43 @@ class Upstream:
                 raise RunInProgress("the thread has a run open; one at a time")
             # Leased before the run opens: no node may see it open without a lease.
             await store.lease_run(loaded.key, run_id, LEASE_TTL)
-            outcome = await asyncio.shield(self.hub.submit(loaded, open_run))
+            try:
+                outcome = await asyncio.shield(self.hub.submit(loaded, open_run))
+            except BaseException:
+                with contextlib.suppress(Exception):  # else it lapses, and is dropped then
+                    await asyncio.shield(store.release_run(loaded.key, run_id))
+                raise
             if outcome.error is None:
-                break
+                return
             await store.release_run(loaded.key, run_id)
             if not isinstance(outcome.error, RunInProgress) or policy != "supersede":
                 raise outcome.error
-        else:
-            raise RunInProgress("the thread's run was superseded by others meanwhile; retry")
-        loaded.producers += 1  # keeps the thread loaded while the run lasts
-        task = asyncio.create_task(self._run(loaded, target, run_id, dict(built)))
-        self.runs[(loaded.key, run_id)] = task
-        # The thread's list entry names the agent of its latest run (GET /v1/threads).
-        self.hub.persistence.update_info(loaded, agent=command.agent)
-        return {"threadId": thread_id, "runId": run_id}
+        raise RunInProgress("the thread's run was superseded by others meanwhile; retry")
+
+    async def _unclaim(
+        self,
+        loaded: LoadedThread,
+        asked: str | None,
+        resume: list[dict[str, Any]],
+        claim: dict[str, Any],
+    ) -> None:
+        """Give back the claim :meth:`_claim` made, for a run that did not open. A store that
+        is away keeps it (for :data:`~hub.store.base.CLAIM_TTL`): said in the log."""
+        ids = [str(entry["interruptId"]) for entry in resume]
+        try:
+            await self.hub.store.release_interrupts(loaded.key, str(asked), ids, claim)
+        except Exception as exc:
+            self.hub.store_health.failed(
+                exc, log, "releasing the claim of interrupts %s failed: %s", ", ".join(ids)
+            )
 
     async def _claim(
         self, loaded: LoadedThread, resume: list[dict[str, Any]], by: str | None
-    ) -> tuple[str | None, list[dict[str, Any]]]:
+    ) -> tuple[str | None, list[dict[str, Any]], dict[str, Any]]:
         """Claim the answers ``resume`` gives to the thread's open interrupts, in the store
-        (all or none, atomically across nodes): the run that asked them, and the resolutions
-        to publish. Raises :class:`InterruptResolved` (with who answered first, and when) or
+        (all or none, atomically across nodes): the run that asked them, the resolutions to
+        publish, and the claim as stored (to give it back if the run does not open). Raises
+        :class:`InterruptResolved` (with who answered first, and when) or
         :class:`InterruptNotOpen`."""
         thread, store = loaded.thread, self.hub.store
         waiting = _open_interrupts(thread)
@@ -248,14 +281,16 @@ class Upstream:
                 raise InterruptNotOpen(f"the thread is not waiting on interrupt {interrupt_id!r}")
         asked = thread.last_run_id
         at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        held = await store.claim_interrupts(loaded.key, str(asked), ids, {"by": by, "at": at})
+        # The claim's own id tells it from another answer's of the same ``by`` and ``at``.
+        claim = {"by": by, "at": at, "claim": uuid.uuid4().hex}
+        held = await store.claim_interrupts(loaded.key, str(asked), ids, claim)
         if held is not None:
             raise InterruptResolved(str(held["interruptId"]), held.get("by"), held.get("at"))
         resolutions = [
             {"interruptId": entry["interruptId"], "status": entry["status"], "by": by, "at": at}
             for entry in resume
         ]
-        return asked, resolutions
+        return asked, resolutions, claim
 
     async def _supersede(self, loaded: LoadedThread) -> None:
         """Policy ``supersede``: cancel the run open on the thread (whoever runs it, on any

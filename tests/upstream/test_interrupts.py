@@ -234,3 +234,55 @@ async def test_the_httpagent_endpoint_forwards_resume_and_connect_then_asks_noth
         assert "outcome" not in sse_events(connect.text)[-1]  # answered: nothing open
         again = await http.post("/v1/agents/ask", json={**base, "runId": "r3", "resume": [approve]})
         assert again.status_code == 409 and again.json()["code"] == "interrupt_resolved"
+
+
+def user(message_id: str) -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "content": "and also"}
+
+
+async def refused_then_answered(nodes: tuple[HubProcess, HubProcess], thread_id: str) -> None:
+    """An answer whose run does not open (its input messages are past the thread's limit):
+    its claim is given back, so the next answer, on the other node, is the one that wins."""
+    tab = await consumer(nodes[0], thread_id)
+    await ask(tab, thread_id)
+    approve = answer(f"approve-{thread_id}", "yes")
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        refused = await http.post(
+            f"{nodes[0].http}/v1/threads/{thread_id}/runs",
+            json={"agent": "ask", "resume": [approve], "messages": [user("u1"), user("u2")]},
+        )
+        assert refused.status_code >= 400, refused.text
+        assert refused.json()["code"] == "too_many_messages", refused.text
+        assert nodes[1].thread(thread_id)["interrupts"][0]["id"] == approve["interruptId"]
+        second = await http.post(
+            f"{nodes[1].http}/v1/threads/{thread_id}/runs",
+            json={"agent": "ask", "resume": [approve]},
+        )
+        assert second.status_code == 202, second.text  # not 409 interrupt_resolved
+        await run_end(tab, second.json()["runId"])
+        late = await http.post(
+            f"{nodes[0].http}/v1/threads/{thread_id}/runs",
+            json={"agent": "ask", "resume": [approve]},
+        )
+        assert late.status_code == 409 and late.json()["code"] == "interrupt_resolved"
+    # The tab saw one resolution only: the one whose run opened.
+    assert sum(is_custom(e, RESOLVED) for e in tab.received) == 1, tab.received
+
+
+async def test_an_answer_whose_run_does_not_open_leaves_the_interrupt_to_the_next_one(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    hub = start_hub(*agent_args(agent, tmp_path), "--limit", "max_messages_per_thread=1")
+    await refused_then_answered((hub, hub), "i-refused")
+
+
+async def test_an_answer_whose_run_does_not_open_gives_its_claim_back_on_redis(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> None:
+    args = [*agent_args(agent, tmp_path), "--limit", "max_messages_per_thread=1"]
+    n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
+    await refused_then_answered((n0, n1), "i-refused-redis")
+    assert len(resumed_inputs(agent, "i-refused-redis")) == 1

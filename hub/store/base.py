@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,9 @@ class Store(ABC):
     #: Interrupt claims (see :meth:`claim_interrupts`) of a node-local store, in process:
     #: thread -> interrupt id -> claim, only those of the last run claimed for.
     _claims: dict[str, dict[str, dict[str, Any]]]
+    #: Presence (see :meth:`presence_write`) of a node-local store, in process: thread ->
+    #: member -> (value, until, monotonic).
+    _presence: dict[str, dict[str, tuple[bytes, float]]]
 
     def __init__(self, *, retention: int = 10_000) -> None:
         #: How many of the newest events a thread's log keeps.
@@ -217,6 +220,54 @@ class Store(ABC):
         one node at a time sweeps a shared store. A node-local store has one node: True."""
         return True
 
+    # -- presence (hub.server.presence) ---------------------------------------------------------
+    # Who is on a thread: each member is held for ``ttl`` seconds at a time by the node it is
+    # connected to, which renews all of its members every tick in one request, so the members
+    # of a node that dies lapse within the TTL. Values are the node's bytes, opaque here. A
+    # node-local store keeps them in this process: its one node is everyone.
+
+    async def presence_write(
+        self, changes: Sequence[tuple[str, str, bytes | None]], ttl: float
+    ) -> None:
+        """Hold each ``(thread, member, value)`` for ``ttl`` seconds, or drop it (value None),
+        in order, in one request; on a shared store, then tell the other nodes
+        (:attr:`Bus.presence` on theirs)."""
+        table, now = self._presence_table(), time.monotonic()
+        for thread_id, member, value in changes:
+            held = table.setdefault(thread_id, {})
+            if value is None:
+                held.pop(member, None)
+            else:
+                held[member] = (value, now + ttl)
+            if not held:
+                del table[thread_id]
+
+    async def presence_refresh(
+        self, held: Mapping[str, Mapping[str, bytes]], ttl: float
+    ) -> dict[str, dict[str, bytes]]:
+        """In one request: hold every member of ``held`` (thread -> member -> value) for
+        ``ttl`` more seconds (again, if it lapsed meanwhile), drop the lapsed members of those
+        threads, and answer the members of each of them now."""
+        await self.presence_write(
+            [(t, m, v) for t, members in held.items() for m, v in members.items()], ttl
+        )
+        return {thread_id: await self.presence_of(thread_id) for thread_id in held}
+
+    async def presence_of(self, thread_id: str) -> dict[str, bytes]:
+        """The thread's members whose hold has not lapsed: member -> value."""
+        table, now = self._presence_table(), time.monotonic()
+        held = table.get(thread_id, {})
+        for member in [m for m, (_, until) in held.items() if until <= now]:
+            del held[member]
+        if not held:
+            table.pop(thread_id, None)
+        return {member: value for member, (value, _) in held.items()}
+
+    def _presence_table(self) -> dict[str, dict[str, tuple[bytes, float]]]:
+        if not hasattr(self, "_presence"):
+            self._presence = {}
+        return self._presence
+
     # -- run leases ----------------------------------------------------------------------------
     # A run the hub itself calls an agent for (hub.server.upstream) lives in one node's task:
     # if that node dies, nobody else can end it. So the node holds a lease on it, renewed
@@ -339,6 +390,10 @@ class Bus(ABC):
     #: Called with a thread's key when another node deleted it (see :meth:`announce_deleted`);
     #: set by the node.
     deleted: Callable[[str], None] | None = None
+
+    #: Called with other nodes' presence changes, ``[(thread, member, value or None)]`` (see
+    #: :meth:`Store.presence_write`); set by the node. At most once, as every message here.
+    presence: Callable[[list[tuple[str, str, bytes | None]]], None] | None = None
 
     async def announce_deleted(self, thread_id: str) -> None:  # noqa: B027 - optional
         """Tell every other node that this one deleted the thread (they drop their copies)."""

@@ -56,7 +56,7 @@ import logging
 import secrets
 import struct
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -67,7 +67,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
-from hub.store import resp
+from hub.store import redis_presence, resp
 from hub.store.base import (
     CLAIM_TTL,
     Event,
@@ -531,6 +531,7 @@ class RedisStore(Store):
         self._mark_present = client.register_script(MARK_PRESENT)
         self._idle = client.register_script(IDLE)
         self._hold_sweep = client.register_script(HOLD_SWEEP)
+        self._presence_script = client.register_script(redis_presence.SCRIPT)
         #: Whether this process looked once for tenants written before TENANTS_KEY was kept.
         self._tenants_found = False
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
@@ -840,6 +841,19 @@ class RedisStore(Store):
     async def hold_sweep(self, node: str, ttl: float) -> bool:
         held = await self._hold_sweep(keys=[SWEEP_KEY], args=[node, max(1, int(ttl * 1000))])
         return bool(held)
+
+    async def presence_write(
+        self, changes: Sequence[tuple[str, str, bytes | None]], ttl: float
+    ) -> None:
+        await redis_presence.write(self, changes, ttl)
+
+    async def presence_refresh(
+        self, held: Mapping[str, Mapping[str, bytes]], ttl: float
+    ) -> dict[str, dict[str, bytes]]:
+        return await redis_presence.refresh(self, held, ttl)
+
+    async def presence_of(self, thread_id: str) -> dict[str, bytes]:
+        return (await redis_presence.refresh(self, {thread_id: {}}, 1.0))[thread_id]
 
     async def _older_tenants(self) -> list[str]:
         """Tenants of threads written before TENANTS_KEY was kept: one scan of the keyspace

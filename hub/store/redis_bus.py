@@ -59,6 +59,9 @@ HEADS_CHANNEL = "agui:{heads}"
 #: thread's key (UTF-8). Every node listens to it, whether it follows the thread or not (an
 #: agent's node follows nothing), as to the heads channel.
 DELETED_CHANNEL = "agui:{deleted}"
+#: The node-wide channel of presence changes (hub.store.redis_presence): the origin, then a
+#: msgpack array of ``[thread, member, bytes or nil]``; every node listens to it.
+PRESENCE_CHANNEL = "agui:{presence}"
 
 
 class _NotingPubSub(PubSub):
@@ -100,6 +103,7 @@ class RedisBus(Bus):
         self._ran = False
         self._heads = HEADS_CHANNEL.encode()
         self._deleted = DELETED_CHANNEL.encode()
+        self._presence = PRESENCE_CHANNEL.encode()
         self.pubsub = self._new_pubsub()
 
     def _new_pubsub(self) -> PubSub | RespPubSub:
@@ -192,7 +196,7 @@ class RedisBus(Bus):
             # The heads channel is always listened to; the threads' channels as they are
             # followed (on the same pub/sub connection: nothing subscribed meanwhile is lost).
             try:
-                await self._listen(HEADS_CHANNEL, DELETED_CHANNEL)
+                await self._listen(HEADS_CHANNEL, DELETED_CHANNEL, PRESENCE_CHANNEL)
                 broken = False
             except (RedisError, OSError):
                 broken = True  # Redis is down at start: the reconnect loop below takes over
@@ -231,6 +235,12 @@ class RedisBus(Bus):
                 if data[:ORIGIN_BYTES] != self.origin and deleted is not None:
                     deleted(bytes(data[ORIGIN_BYTES:]).decode())
                 continue
+            if channel == self._presence:
+                data = message["data"]
+                presence = self.presence
+                if data[:ORIGIN_BYTES] != self.origin and presence is not None:
+                    presence([(str(t), str(m), v) for t, m, v in unpack(data[ORIGIN_BYTES:])])
+                continue
             thread_id = self._threads.get(channel)
             if thread_id is not None:
                 data = message["data"]
@@ -250,7 +260,7 @@ class RedisBus(Bus):
         self.pubsub = self._new_pubsub()
         try:
             followed = (self.channel_of(t) for t in self._refs)
-            await self._listen(HEADS_CHANNEL, DELETED_CHANNEL, *followed)
+            await self._listen(HEADS_CHANNEL, DELETED_CHANNEL, PRESENCE_CHANNEL, *followed)
         except (RedisError, OSError):
             return False
         return True

@@ -141,8 +141,9 @@ class Upstream:
         first claimed in the store (:meth:`_claim`: the first answer wins, on any node; a
         later one raises :class:`InterruptResolved`, one to an interrupt not open
         :class:`InterruptNotOpen`), then, in the change that opens the run, the thread says
-        so (``CUSTOM`` ``hub.interrupt_resolved``, one per answer, ``by`` the caller's
-        ``sub``) and the agent gets the answers in ``RunAgentInput.resume``."""
+        so right after the run's ``RUN_STARTED`` (``CUSTOM`` ``hub.interrupt_resolved``, one
+        per answer, ``by`` the caller's ``sub``) and the agent gets the answers in
+        ``RunAgentInput.resume``. A run that does not open gives the claim back."""
         target = self.config.agents.get(command.agent)
         if target is None:
             raise UnknownAgent("no agent of that name is configured")
@@ -162,14 +163,12 @@ class Upstream:
         def open_run(thread: Thread) -> Outcome:
             if thread.run is not None:
                 return Outcome(error=RunInProgress("the thread has a run open; one at a time"))
-            resolved: list[Event] = []
             if resolutions:
                 waiting = _open_interrupts(thread)
                 if thread.last_run_id != asked or any(
                     r["interruptId"] not in waiting for r in resolutions
                 ):  # another run started since the claim (one without resume)
                     return Outcome(error=InterruptNotOpen("the interrupts are no longer open"))
-                resolved = thread.resolve_interrupts(resolutions)
             new = [m for m in added if thread.messages.get(m["id"]) is None]
             snapshot: Event | None = None
             if new:
@@ -179,7 +178,11 @@ class Upstream:
             if thread.last_run_id is not None:
                 started["parentRunId"] = thread.last_run_id
             outcome = thread.publish(started)
-            outcome.events[:0] = resolved  # before the run: every tab sees who answered
+            if outcome.error is None and resolutions:
+                # Right after the run's RUN_STARTED, before anything of the agent: every tab
+                # sees who answered. Inside the run, as AG-UI clients take events only there
+                # (the official client refuses any event between RUN_FINISHED and RUN_STARTED).
+                outcome.events += thread.resolve_interrupts(resolutions)
             if outcome.error is None and snapshot is not None:
                 more = thread.publish(snapshot)
                 outcome.events += more.events

@@ -2,8 +2,9 @@
 (``RUN_FINISHED`` outcome ``interrupt``); every tab, also one that opens later, sees it; tabs
 answer with ``resume``, the first answer wins (on any node), the others get ``409
 interrupt_resolved`` saying who answered and when, and every tab sees the resolution
-(``CUSTOM`` ``hub.interrupt_resolved``) before the resumed run starts. Real hub processes,
-a real scripted agent, a real redis-server for two nodes."""
+(``CUSTOM`` ``hub.interrupt_resolved``) right after the resumed run's ``RUN_STARTED``, before
+anything of the agent. Real hub processes, a real scripted agent, a real redis-server for two
+nodes."""
 
 from __future__ import annotations
 
@@ -99,8 +100,8 @@ async def test_a_tab_that_opens_later_sees_the_question_and_the_first_answer_win
             assert refusal["by"] is None  # open mode: no token, no sub
             assert rfc3339(refusal["at"])
 
-        # Every tab sees the resolution before the resumed run starts; one resume reached the
-        # agent, with the winner's answer.
+        # Every tab sees the resolution as the resumed run's first event after RUN_STARTED;
+        # one resume reached the agent, with the winner's answer.
         for tab in (first, later):
             if not any(e["type"] == "RUN_FINISHED" and "outcome" not in e for e in tab.received):
                 await tab.recv_until(lambda e: e["type"] == "RUN_FINISHED" and "outcome" not in e)
@@ -112,7 +113,8 @@ async def test_a_tab_that_opens_later_sees_the_question_and_the_first_answer_win
             ]
             assert ("CUSTOM", RESOLVED) in kinds, seen
             at = kinds.index(("CUSTOM", RESOLVED))
-            assert kinds[at + 1][0] == "RUN_STARTED", kinds
+            assert kinds[at - 1][0] == "RUN_STARTED", kinds  # the resumed run's
+            assert kinds[at + 1][0] == "TEXT_MESSAGE_START", kinds  # then the agent
             resolution = next(e for e in seen if is_custom(e, RESOLVED))["value"]
             assert resolution["interruptId"] == "approve-i-one"
             assert resolution["status"] == "resolved" and resolution["by"] is None
@@ -183,7 +185,7 @@ async def test_three_consumers_answering_at_once_on_two_nodes_resume_the_agent_o
         if refusal is not None:
             assert refusal["code"] == "interrupt_resolved", (sub, refusal)
             assert refusal["by"] == winner and rfc3339(refusal["at"])
-    # Every consumer, on both nodes, sees who answered, before the resumed run.
+    # Every consumer, on both nodes, sees who answered, right after the resumed RUN_STARTED.
     for tab in tabs:
         if not any(is_custom(e, RESOLVED) for e in tab.received):
             await tab.recv_until(lambda e: is_custom(e, RESOLVED))
@@ -191,12 +193,11 @@ async def test_three_consumers_answering_at_once_on_two_nodes_resume_the_agent_o
         resolution = tab.received[at]["value"]
         assert resolution["by"] == winner and resolution["interruptId"] == "approve-i-nodes"
         assert resolution["status"] == "resolved" and rfc3339(resolution["at"])
-        after = [e for e in tab.received[at + 1 :] if e["type"] != "CUSTOM"]
-        if not after:
-            after = [await tab.recv_until(lambda e: e["type"] == "RUN_STARTED")][0][-1:]
-        assert after[0]["type"] == "RUN_STARTED", after  # the resumed run, after it
+        before = [e for e in tab.received[:at] if e["type"] != "CUSTOM"]
+        assert before[-1]["type"] == "RUN_STARTED", before  # the resumed run, just before
+        assert before[-1]["runId"] != asked["runId"]
         if not any(e["type"] == "RUN_FINISHED" for e in tab.received[at:]):
-            await run_end(tab, after[0]["runId"])
+            await run_end(tab, before[-1]["runId"])
     assert resolution is not None
     resumed = resumed_inputs(agent, "i-nodes")
     assert len(resumed) == 1, resumed  # exactly one resume reached the agent

@@ -397,3 +397,17 @@ ERROR_CODES.update(
         "interrupt_not_open": "a resume entry for an interrupt the thread is not waiting on (409)",
     }
 )
+
+
+# --- Presence: who is here (hub/core/presence.py, hub/server/presence.py) -----------------------
+
+ERROR_CODES.update(
+    {
+        "too_many_members": "presence: the thread shows its most members (limit "
+        "presence_members); the consumer is on the thread but not shown",
+        "presence_too_large": "presence: a name over 128 characters, or data over its limit "
+        "(presence_data_bytes of JSON)",
+        "presence_rate_limited": "presence: hub.presence messages faster than the limit "
+        "(presence_updates_per_second); that one is refused, the last one shown stays",
+    }
+)

@@ -5,25 +5,29 @@ clock, a socket or a store. Every violation raises :class:`~hub.errors.LimitExce
 of these stable codes (the server answers with ``hub.error``, or closes with the close code
 where the connection cannot go on, and counts it in metrics by ``code``):
 
-======================== ===================================== ===== ===========================
-code                     limit (:class:`Limits` field)         close when
-======================== ===================================== ===== ===========================
-``frame_too_large``      ``max_frame_bytes`` (1 MiB)           1009  a frame is larger
-``state_too_large``      ``max_state_bytes`` (4 MiB)           1008  state's compact JSON would
-                                                                     be larger
-``too_deep``             ``max_depth`` (64)                    1008  a value nests deeper
-``too_many_ops``         ``max_patch_ops`` (1000)              1008  a patch has more ops
-``too_many_messages``    ``max_messages_per_thread`` (10000)   1008  a thread would hold more
-``rate_limited``         ``edits_per_second`` (200, burst 400) 4029  a consumer sends edits
-                         per consumer connection, and the            faster
-                         tenant's events rate below
-(slowed, not refused)    ``events_per_second`` (2000, burst    -     an agent sends faster: its
-                         10000) per agent connection;                socket is not read until
-                         ``tenant_events_per_second`` (20000,        its buckets refill
-                         burst 50000) per tenant
-``too_many_connections`` ``max_connections_per_tenant`` (1000) 4029  one connection too many
-``too_many_threads``     ``max_threads_per_tenant`` (10000)    1008  one new thread too many
-======================== ===================================== ===== ===========================
+========================= ===================================== ===== ===========================
+code                      limit (:class:`Limits` field)         close when
+========================= ===================================== ===== ===========================
+``frame_too_large``       ``max_frame_bytes`` (1 MiB)           1009  a frame is larger
+``state_too_large``       ``max_state_bytes`` (4 MiB)           1008  state's compact JSON would
+                                                                      be larger
+``too_deep``              ``max_depth`` (64)                    1008  a value nests deeper
+``too_many_ops``          ``max_patch_ops`` (1000)              1008  a patch has more ops
+``too_many_messages``     ``max_messages_per_thread`` (10000)   1008  a thread would hold more
+``rate_limited``          ``edits_per_second`` (200, burst 400) 4029  a consumer sends edits
+                          per consumer connection, and the            faster
+                          tenant's events rate below
+(slowed, not refused)     ``events_per_second`` (2000, burst    -     an agent sends faster: its
+                          10000) per agent connection;                socket is not read until
+                          ``tenant_events_per_second`` (20000,        its buckets refill
+                          burst 50000) per tenant
+``too_many_connections``  ``max_connections_per_tenant`` (1000) 4029  one connection too many
+``too_many_threads``      ``max_threads_per_tenant`` (10000)    1008  one new thread too many
+``too_many_members``      ``presence_members`` (100) per thread -     one member too many shown
+``presence_too_large``    ``presence_data_bytes`` (1024)        -     a member's data is larger
+``presence_rate_limited`` ``presence_updates_per_second`` (10, -     a consumer sends presence
+                          burst 20) per consumer connection           updates faster
+========================= ===================================== ===== ===========================
 
 Depth counts containers: a scalar is 0 deep, ``{}`` and ``[]`` are 1, ``{"a": []}`` is 2.
 Sizes are the bytes of the compact UTF-8 JSON the hub writes (``separators=(",", ":")``,
@@ -184,6 +188,12 @@ class Limits:
     edits_burst: float = 400.0
     max_connections_per_tenant: int = 1000
     max_threads_per_tenant: int = 10_000
+    #: Presence (hub.core.presence): members one thread shows, bytes of one member's JSON
+    #: ``data``, and ``hub.presence`` messages per second per consumer connection (and burst).
+    presence_members: int = 100
+    presence_data_bytes: int = 1024
+    presence_updates_per_second: float = 10.0
+    presence_updates_burst: float = 20.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

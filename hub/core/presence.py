@@ -22,8 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from hub.errors import LimitExceeded, PeerError
-from hub.limits import TokenBucket, check_depth
+from ..errors import LimitExceeded, PeerError
 
 #: The ``CUSTOM`` event's name, in and out.
 PRESENCE: Final = "hub.presence"
@@ -100,7 +99,18 @@ def check_name(name: Any) -> str | None:
 
 def check_data(data: Any, limits: PresenceLimits) -> Any:
     """A member's own JSON: any JSON value, at most ``data_bytes`` as compact JSON."""
-    check_depth(data, DATA_DEPTH)
+    level: list[Any] = [data]
+    for _ in range(DATA_DEPTH):  # level by level, iterative: no input exhausts the stack
+        level = [
+            c
+            for item in level
+            if isinstance(item, dict | list)
+            for c in (item.values() if isinstance(item, dict) else item)
+        ]
+    if any(isinstance(item, dict | list) for item in level):
+        raise LimitExceeded(
+            PRESENCE_TOO_LARGE, f"presence data nests more than {DATA_DEPTH} levels deep"
+        )
     size = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
     if size > limits.data_bytes:
         raise LimitExceeded(
@@ -136,12 +146,19 @@ class RateGate:
     """One consumer's ``hub.presence`` budget."""
 
     def __init__(self, limits: PresenceLimits) -> None:
-        self._bucket = TokenBucket(limits.updates_per_second, limits.updates_burst)
         self._limits = limits
+        self._tokens = float(limits.updates_burst)
+        self._last: float | None = None
 
     def take(self, now: float) -> None:
-        if not self._bucket.take(now):
-            rate = self._limits.updates_per_second
+        """One message at ``now`` (any monotonic clock); ``presence_rate_limited`` past it."""
+        rate, burst = self._limits.updates_per_second, self._limits.updates_burst
+        if self._last is not None and now > self._last:
+            self._tokens = min(burst, self._tokens + (now - self._last) * rate)
+        self._last = now if self._last is None else max(now, self._last)
+        if self._tokens >= 1:
+            self._tokens -= 1
+        else:
             raise LimitExceeded(
                 PRESENCE_RATE_LIMITED, f"at most {rate:g} presence updates a second", limit=rate
             )

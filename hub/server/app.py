@@ -8,6 +8,7 @@ Routes (one port):
 - ``GET    /v1/threads/{id}``               ``{threadId, epoch, seq, state, messages, run}``
 - ``PATCH  /v1/threads/{id}``               name, archive, metadata (hub.server.transport.threads)
 - ``GET    /v1/threads/{id}/events``        a consumer over ``text/event-stream``
+- ``GET    /v1/threads/{id}/presence``      who is on the thread (hub.server.presence)
 - ``POST   /v1/threads/{id}/runs``          run a configured agent on the thread
 - ``DELETE /v1/threads/{id}/runs/{runId}``  cancel that run
 - ``POST   /v1/agents/{name}``              an AG-UI agent endpoint (for ``HttpAgent``)
@@ -43,6 +44,7 @@ from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
 from hub.server.loaded import Life
+from hub.server.presence import Presence
 from hub.server.receipts import ReceiptsService, receipt_store_for
 from hub.server.receipts_http import ReceiptsRoutes
 from hub.server.transport.agent import AgentEndpoint
@@ -58,6 +60,7 @@ from hub.server.transport.common import (
 )
 from hub.server.transport.consumer import ConsumerEndpoint
 from hub.server.transport.http import NodePages, ThreadView
+from hub.server.transport.presence import PresenceRoute
 from hub.server.transport.runs import HttpApi
 from hub.server.transport.threads import ThreadsApi
 from hub.server.upstream import Upstream
@@ -91,16 +94,18 @@ class HubServer:
         self.deletes = ThreadDeletes(hub, self.upstream)
         ttl = self.config.thread_ttl
         self.expiry = None if ttl is None else ThreadExpiry(hub, self.deletes, ttl)
+        self.presence = Presence(hub)
         self.sockets: list[SocketRoute] = [
             self.receipts,
-            ConsumerEndpoint(hub, self.guard, self.upstream),
+            ConsumerEndpoint(hub, self.guard, self.upstream, self.presence),
             self.agents,
         ]
         self.pages: list[HttpRoute] = [
             NodePages(hub, self.guard, self),
             ThreadsApi(hub, self.guard, self.deletes),
+            PresenceRoute(self.presence, self.guard),
             ThreadView(hub, self.guard),
-            HttpApi(hub, self.guard, self.upstream),
+            HttpApi(hub, self.guard, self.upstream, self.presence),
             ReceiptsRoutes(self.receipts),
         ]
 
@@ -134,6 +139,7 @@ class HubServer:
         self.upstream.start_watch()
         if self.expiry is not None:
             self.expiry.start()
+        self.presence.start()
         if not listen:
             await self.receipts.start()
             return
@@ -154,6 +160,7 @@ class HubServer:
         except OSError as exc:  # what started is stopped: the process can end cleanly
             if self.expiry is not None:
                 await self.expiry.close()
+            await self.presence.close()
             await self.upstream.close()
             await self.receipts.close()
             await self.hub.close()
@@ -211,6 +218,7 @@ class HubServer:
             await self._wait_closed(self.config.drain_timeout)
         if self.expiry is not None:  # nothing is deleted while the node stops
             await self.expiry.close()
+        await self.presence.close()  # its members leave the store (else they lapse)
         await self.upstream.close()  # its runs end before the store is flushed
         await self.receipts.close()
         await self.hub.close()

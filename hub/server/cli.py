@@ -81,6 +81,13 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         help="delete a thread with no event and nobody on it for this long (default: never)",
     )
     parser.add_argument(
+        "--presence-ttl",
+        type=seconds(),
+        default=15.0,
+        metavar="SECONDS",
+        help="presence members of a node that stops answering go within this (default 15)",
+    )
+    parser.add_argument(
         "--redis-pool",
         type=count(1, "connections"),
         default=64,
@@ -238,6 +245,7 @@ def _config(args: argparse.Namespace) -> Config:
         store=args.store,
         retention=args.retention,
         thread_ttl=args.thread_ttl,
+        presence_ttl=args.presence_ttl,
         redis_pool=args.redis_pool,
         consumer_buffer=args.consumer_buffer,
         slow_timeout=args.slow_timeout,

@@ -46,6 +46,9 @@ class Config:
     #: Seconds a thread may go without an event and without anyone on it (on any node) before
     #: it is deleted, as a DELETE would (hub.server.expiry); None: never.
     thread_ttl: float | None = None
+    #: Seconds a node's presence members (hub.server.presence) outlive its last word: each
+    #: node renews its own every third of it, so a node that dies loses them within it.
+    presence_ttl: float = 15.0
     #: Connections to one Redis, at most: a burst past it waits (redis:// stores only).
     redis_pool: int = 64
     #: Bytes one consumer may have queued before its backlog is conflated into one snapshot.

@@ -171,6 +171,10 @@ class HttpConnection(asyncio.Protocol):
         with contextlib.suppress(h11.RemoteProtocolError):
             self.h11.receive_data(b"")
         self._readable.set()
+        if self._streaming and not self._closed.done():
+            # A stream's client that closed its side is gone (no EventSource half-closes):
+            # known now, not at the next write that fails (a heartbeat away).
+            self._closed.set_result(None)
         return True  # keep the socket open to finish the response; _serve closes it
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -138,3 +138,17 @@ def test_a_member_round_trips_through_its_record_and_garbage_is_none() -> None:
     assert Member.from_record(m.to_record()) == m
     assert Member.from_record({"id": 3}) is None
     assert Member.from_record("x") is None
+
+
+def test_data_nesting_past_its_depth_is_refused() -> None:
+    def nested(depth: int) -> object:
+        value: object = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    limits = PresenceLimits(data_bytes=4096)
+    assert parse_update({"type": "hub.presence", "data": nested(8)}, limits).has_data
+    with pytest.raises(LimitExceeded) as refused:
+        parse_update({"type": "hub.presence", "data": nested(9)}, limits)
+    assert refused.value.code == "presence_too_large"

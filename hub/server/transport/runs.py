@@ -45,7 +45,9 @@ from hub.errors import (
 from hub.server.guard import Admission, Guard
 from hub.server.http11 import BodyWriter, HttpRequest, Stream
 from hub.server.hub import Hub
+from hub.server.presence import Presence
 from hub.server.transport.common import THREAD_ID, error_response, json_response, subtree_param
+from hub.server.transport.presence import presence_param
 from hub.server.transport.streams import (
     SSE_HEADERS,
     RunSink,
@@ -78,10 +80,13 @@ def _only(request: HttpRequest, *methods: str) -> None:
 class HttpApi:
     """The routes above (an :class:`~hub.server.transport.common.HttpRoute`)."""
 
-    def __init__(self, hub: Hub, guard: Guard, upstream: Upstream) -> None:
+    def __init__(
+        self, hub: Hub, guard: Guard, upstream: Upstream, presence: Presence | None = None
+    ) -> None:
         self.hub = hub
         self.guard = guard
         self.upstream = upstream
+        self.presence = presence or Presence(hub)
 
     async def respond(self, request: HttpRequest) -> Response | Stream | None:
         path = request.path
@@ -285,16 +290,20 @@ class HttpApi:
         try:
             since, epoch = _resume_point(request)
             path = subtree_param(request.target)
+            name = presence_param(request.target)  # shown as NAME, and told who is here
             loaded = await self.hub.load(admission.key)
             await self.hub.follow(loaded)
+            if name is not None:
+                await self.presence.prepare(admission.key)
         except BaseException:
             self.guard.abandon(admission)
             raise
         hub, guard = self.hub, self.guard
+        presence = None if name is None else (self.presence, admission.principal, name)
 
         async def stream(writer: BodyWriter) -> None:
             try:
-                await serve_events(hub, loaded, writer, since, epoch, path)
+                await serve_events(hub, loaded, writer, since, epoch, path, presence)
             finally:
                 guard.leave(admission)
 

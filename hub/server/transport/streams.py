@@ -26,12 +26,14 @@ import contextlib
 import itertools
 from typing import Any
 
+from hub.auth import Principal
 from hub.core.subtree import StatePath
 from hub.core.thread import Thread
 from hub.server.http11 import BodyWriter
 from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
 from hub.server.outbox import Outbox
+from hub.server.presence import Presence, Seat
 from hub.wire import control, sse
 from hub.wire.codec import JSON, Frame, encode
 
@@ -315,9 +317,10 @@ async def serve_events(
     since: int | None,
     epoch: str | None,
     path: StatePath | None = None,
+    presence: tuple[Presence, Principal, str] | None = None,
 ) -> None:
     """One SSE consumer of ``loaded`` (of its subtree at ``path``, if given), from its
-    welcome until the stream is over."""
+    welcome until the stream is over; shown as ``presence``'s name (hub.server.presence)."""
     sink = EventSink(writer)
     outbox = outbox_for(hub, loaded, sink, "s", path)
     thread = loaded.thread
@@ -326,8 +329,22 @@ async def serve_events(
     # As for WebSocket consumers: decide and subscribe synchronously, then welcome, then feed.
     cause = hub.attach(loaded, outbox, since, epoch)
     interrupts = thread.interrupts  # open: a tab that opens after the question sees it
-    welcome = Frame(control.welcome(*position, resumed=cause is None, interrupts=interrupts))
-    await _feed(hub, loaded, outbox, sink, writer, [welcome])
+    extra: dict[str, Any] = {}
+    first: list[Frame] = []
+    seated: tuple[Presence, Seat] | None = None
+    if presence is not None:
+        service, principal, name = presence
+        seated = service, service.seat(loaded.key, outbox, principal)
+        shown, refused = service.enter(seated[1], name, True)
+        extra["presence"] = shown
+        if refused is not None:
+            first.append(Frame(control.error(refused)))
+    welcome = control.welcome(*position, resumed=cause is None, interrupts=interrupts, **extra)
+    try:
+        await _feed(hub, loaded, outbox, sink, writer, [Frame(welcome), *first])
+    finally:
+        if seated is not None:
+            seated[0].leave(seated[1])
 
 
 async def _feed(

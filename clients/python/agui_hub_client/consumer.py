@@ -489,6 +489,7 @@ class Consumer:
         tools: Sequence[Mapping[str, Any] | Model] | None = None,
         context: Sequence[Mapping[str, Any] | Model] | None = None,
         forwarded_props: Any = None,
+        resume: Sequence[Mapping[str, Any] | Model] | None = None,
         timeout: float = 10.0,
     ) -> str:
         """Have the hub run its upstream agent ``agent`` (``agui-hub serve --agent NAME=URL``)
@@ -503,6 +504,16 @@ class Consumer:
         The hub posts the thread's state and messages, and ``tools``, ``context`` and
         ``forwarded_props`` as given, to the agent; its events come to every consumer of the
         thread, this one included.
+
+        ``resume`` answers the interrupts the thread's last run ended on (AG-UI 1.0
+        ``RunAgentInput.resume``: ``[{"interruptId", "status": "resolved" | "cancelled",
+        "payload"}]``, dicts or ``ag_ui.core`` models; the open ones are in
+        ``c.welcome["interrupts"]`` and a ``RUN_FINISHED`` with outcome ``interrupt``). Many
+        consumers may answer at once, on any node: the first answer wins, and every consumer
+        sees ``CUSTOM`` ``hub.interrupt_resolved`` (who answered, and when) before the resumed
+        run's ``RUN_STARTED``; a later answer raises :class:`InterruptResolved` (a
+        :class:`RunError`, code ``interrupt_resolved``, with ``by`` and ``at``) and runs
+        nothing, one to an interrupt the thread does not wait on ``interrupt_not_open``.
 
         ``timeout`` bounds the whole: the hub's answer, then the run reaching the copy.
         Raises :class:`RunError` with the hub's code (``unknown_agent``, ``run_in_progress``:
@@ -521,6 +532,8 @@ class Consumer:
             "context": [event_dict(c) for c in context or ()],
             "forwardedProps": {} if forwarded_props is None else forwarded_props,
         }
+        if resume:
+            command["resume"] = [event_dict(entry) for entry in resume]
         deadline = asyncio.get_running_loop().time() + timeout
         if self.transport == "sse":
             self._need_open()

@@ -21,11 +21,13 @@ __all__ = [
     "ConnectionLost",
     "HandshakeFailed",
     "HubError",
+    "InterruptResolved",
     "LimitExceeded",
     "PeerError",
     "ProtocolError",
     "RunError",
     "RunNotSeen",
+    "run_error",
 ]
 
 
@@ -83,6 +85,28 @@ class RunError(ClientError):
         self.code = code
         self.message = message
         self.value = dict(value or {})
+
+
+class InterruptResolved(RunError):
+    """A run with ``resume`` came second: another answer took the interrupt first (the hub's
+    ``409 interrupt_resolved``; the first answer to a thread's open interrupts wins, on any
+    node). Nothing ran. ``interrupt_id`` is the interrupt, ``by`` who answered it (the ``sub``
+    of their token; None on a hub without tokens), ``at`` when (RFC 3339); the thread's
+    ``CUSTOM`` ``hub.interrupt_resolved`` event says the same to every consumer."""
+
+    def __init__(self, code: str, message: str, value: dict[str, Any] | None = None) -> None:
+        super().__init__(code, message, value)
+        interrupt_id = self.value.get("interruptId")
+        self.interrupt_id = None if interrupt_id is None else str(interrupt_id)
+        self.by: str | None = self.value.get("by")
+        self.at: str | None = self.value.get("at")
+
+
+def run_error(code: str, message: str, value: dict[str, Any] | None = None) -> RunError:
+    """The error for the hub's refusal of a run or a cancel: :class:`InterruptResolved` for
+    ``interrupt_resolved``, else :class:`RunError`."""
+    kind = InterruptResolved if code == "interrupt_resolved" else RunError
+    return kind(code, message, value)
 
 
 class RunNotSeen(ClientError, TimeoutError):

@@ -1,7 +1,8 @@
 """Runs over plain HTTP, for a consumer whose frames come over an event stream (which cannot
 send): ``POST /v1/threads/{id}/runs`` starts one (``202 {"threadId", "runId"}``), ``DELETE
 /v1/threads/{id}/runs/{runId}`` cancels it. A refusal is the hub's ``{"code", "message"}``,
-raised as the same :class:`~agui_hub_client.errors.RunError` as over the WebSocket. Each
+raised as the same :class:`~agui_hub_client.errors.RunError` as over the WebSocket
+(:class:`~agui_hub_client.errors.InterruptResolved` for a second answer to an interrupt). Each
 request is answered on its own, so requests need not take turns as WebSocket commands do. The
 requests go through the consumer's :class:`~agui_hub_client._http.HttpClient` (its proxies, TLS
 settings and connection pool: one kept-alive connection serves one request after another).
@@ -18,7 +19,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from agui_hub_client._http import HttpClient
 from agui_hub_client._wire import Event
-from agui_hub_client.errors import ConnectionLost, ProtocolError, RunError
+from agui_hub_client.errors import ConnectionLost, ProtocolError, RunError, run_error
 from agui_hub_client.sse import error_value, thread_url
 
 #: Largest answer read from the hub (answers are small JSON objects).
@@ -104,4 +105,4 @@ class HttpRuns:
         code = value.get("code")
         if not isinstance(code, str):
             code = f"http_{answer.status}"
-        raise RunError(code, str(value.get("message", answer.reason)), value)
+        raise run_error(code, str(value.get("message", answer.reason)), value)

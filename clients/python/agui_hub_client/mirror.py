@@ -145,12 +145,16 @@ class Mirror:
 
     def receive(self, frame: Event) -> Step:
         """Take one decoded frame from the hub."""
+        position = (frame.get("metadata") or {}).get("hub")
         control = hub_control(frame)
-        if control is not None:
+        # A hub.* event with a position is one of the thread's (hub.interrupt_resolved): it
+        # takes its seq as any event does. Control frames carry none.
+        if control is not None and not (
+            isinstance(position, dict) and isinstance(position.get("seq"), int)
+        ):
             if control[0] != ERROR:
                 self.partial = False
             return self._control(*control)
-        position = (frame.get("metadata") or {}).get("hub")
         if not isinstance(position, dict) or not position.get("sync"):
             self.partial = False
         if not isinstance(position, dict) or not isinstance(position.get("seq"), int):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agui_hub_client._wire import Event
-from agui_hub_client.errors import ConnectionLost, RunError
+from agui_hub_client.errors import ConnectionLost, run_error
 from agui_hub_client.mirror import Step
 
 #: hub.error codes that answer an edit (``hub.publish``), never a run or a cancel.
@@ -63,7 +63,7 @@ class SocketRuns:
             code = str(step.error.get("code", "internal"))
             if code not in (NOT_RUN_CODES if asked.kind == "run" else EDIT_CODES):
                 message = str(step.error.get("message", ""))
-                asked.answer.set_exception(RunError(code, message, step.error))
+                asked.answer.set_exception(run_error(code, message, step.error))
         elif asked.kind == "run":
             if step.run is not None:
                 asked.answer.set_result(step.run)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 from agui_hub_client import Producer
 from support import TEST_SECRET, TOKEN_TTL, Client, HubProcess, SseReader, is_custom, seq_of
 
@@ -217,3 +218,92 @@ async def _join_status(hub: HubProcess, thread_id: str, sub: str, query: str) ->
     assert is_custom(first, "hub.error"), first
     code: str = first["value"]["code"]
     return code
+
+
+async def test_presence_events_in_the_middle_of_a_run_pass_the_official_clients_checks(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """A watcher's stream with presence events inside a run (CUSTOM, unsequenced) is accepted
+    by the official AG-UI client (``@ag-ui/client``, its ``verifyEvents``), and brings it to
+    the hub's state and messages."""
+    from official_client import harness
+
+    if not harness.node_available():
+        pytest.skip("node is not installed (the official client runs on it)")
+    harness.ensure_installed()
+    hub = start_hub()
+    try:
+        agent = await Client.open(f"{hub.ws}/v1/threads/run/agent")
+        await agent.recv(TIMEOUT)
+        run = [
+            {"type": "RUN_STARTED", "threadId": "run", "runId": "r1"},
+            {"type": "STATE_SNAPSHOT", "snapshot": {"doc": "a"}},
+            {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"},
+            {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Hi"},
+        ]
+        rest = [
+            {"type": "TEXT_MESSAGE_END", "messageId": "m1"},
+            {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/doc", "value": "b"}]},
+            {"type": "RUN_FINISHED", "threadId": "run", "runId": "r1"},
+        ]
+        for e in run:
+            await agent.send(e)
+        await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 4)
+        watcher = await Client.open(f"{hub.ws}/v1/threads/run?presence=W")  # joins mid-run
+        await watcher.recv_until(lambda e: e["type"] == "TEXT_MESSAGE_CONTENT", TIMEOUT)
+        other = await Client.open(f"{hub.ws}/v1/threads/run?presence=Other")
+        await other.recv(TIMEOUT)
+        await other.send({"type": "hub.presence", "data": {"at": 1}})
+        await presence(watcher, "update")
+        await other.close()
+        await presence(watcher, "leave")
+        for e in rest:
+            await agent.send(e)
+        await watcher.recv_until(lambda e: e["type"] == "RUN_FINISHED", TIMEOUT)
+        hub_only = ("hub.welcome", "hub.heartbeat")  # what a client takes before AG-UI
+        stream = [e for e in watcher.received if e["type"] != "CUSTOM" or e["name"] not in hub_only]
+        kinds = [e["value"]["kind"] for e in stream if is_custom(e, "hub.presence")]
+        assert kinds == ["join", "update", "leave"]
+        assert stream[0]["type"] == "RUN_STARTED"  # presence inside the run, not around it
+        result = harness.replay(stream)
+        assert result["ok"], result.get("error")
+        view = hub.thread("run")
+        assert result["state"] == view["state"] == {"doc": "b"}
+    finally:
+        await Client.close_all()
+
+
+async def test_presence_never_reaches_a_connect_stream(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """An AG-UI ``connect`` (what ``HttpAgent`` reads) gets the thread's events only, even
+    when it names ``?presence=`` and people come, change and go during the run."""
+    from server.test_connect import Connect
+
+    hub = start_hub()
+    try:
+        agent = await Client.open(f"{hub.ws}/v1/threads/run/agent")
+        await agent.recv(TIMEOUT)
+        await agent.send({"type": "RUN_STARTED", "threadId": "run", "runId": "r1"})
+        await agent.recv_until(lambda e: is_custom(e, "hub.ack"), TIMEOUT)
+        connect = Connect(hub, "run", query="?presence=Sneaky")
+        reading = asyncio.create_task(connect.read())
+        await asyncio.wait_for(connect.first.wait(), TIMEOUT)
+        one = await Client.open(f"{hub.ws}/v1/threads/run?presence=One")
+        await one.recv(TIMEOUT)
+        two = await Client.open(f"{hub.ws}/v1/threads/run?presence=Two")
+        await two.recv(TIMEOUT)
+        await two.send({"type": "hub.presence", "data": 1})
+        await presence(one, "update")
+        await two.close()
+        await presence(one, "leave")
+        await agent.send({"type": "RUN_FINISHED", "threadId": "run", "runId": "r1"})
+        await asyncio.wait_for(reading, TIMEOUT)
+        assert connect.status == 200
+        assert [e["type"] for e in connect.events][-1] == "RUN_FINISHED"
+        assert not [e for e in connect.events if e["type"] == "CUSTOM"], connect.events
+        assert {
+            m["name"] for m in json.loads(hub.get("/v1/threads/run/presence")[1])["members"]
+        } == {"One"}
+    finally:
+        await Client.close_all()

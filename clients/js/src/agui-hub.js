@@ -27,5 +27,5 @@ export {
 export { backoffDelay, backoffOptions, DEFAULT_BACKOFF } from "./backoff.js";
 export { decodeFrame, encodeFrame, loadMsgpack, FrameError, MSGPACK_SUBPROTOCOL } from "./codec.js";
 export { testOps } from "./edits.js";
-export { HubRunError, runCommand } from "./runs.js";
+export { HubRunError, InterruptResolvedError, hubRunError, runCommand } from "./runs.js";
 export { HttpRuns } from "./http-runs.js";

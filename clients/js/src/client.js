@@ -437,7 +437,12 @@ export class HubClient extends Emitter {
    * Resolves with `{threadId, runId}` once the run is open; rejects with a HubRunError whose
    * `code` is the hub's (`run_in_progress`: one run at a time per thread; `unknown_agent`,
    * `forbidden`, `bad_request`), or `timeout` / `disconnected` / `closed`. Waits for the
-   * connection if there is none yet.
+   * connection if there is none yet. `options`: `tools`, `context`, `forwardedProps`, `timeout`
+   * and `resume` (AG-UI 1.0 `[{interruptId, status, payload}]`, answering the interrupts the
+   * thread's last run ended on: the welcome's `interrupts`). The first answer wins, on any node;
+   * every consumer sees CUSTOM `hub.interrupt_resolved` (who, when) before the resumed run; a
+   * later answer rejects with an InterruptResolvedError (code `interrupt_resolved`, with
+   * `interruptId`, `by`, `at`), one to an interrupt not open with code `interrupt_not_open`.
    */
   run(agent, messages = [], options = {}) {
     return this._runs.run(agent, messages, options);

@@ -26,12 +26,23 @@
 //   does not check it): the thread's history as one run, or the open run from its start and then
 //   live until it ends. The hub's `metadata.hub` positions are removed.
 // - isRunning(): `GET /v1/threads/{id}` has `run`. stop(): DELETE of that run (or of `runId`).
+// - run() with `input.resume` (AG-UI 1.0: answers to the interrupts the thread's last run ended
+//   on) for an agent the hub runs itself (`hubAgents`: the CopilotKit agent id -> the hub's
+//   `--agent NAME`): the runner does not run the agent; it posts the RunAgentInput to the hub's
+//   HttpAgent endpoint (`POST /v1/agents/{NAME}`), so the answer goes through the hub's claim:
+//   the first answer wins, on any runtime instance and hub node, and the Observable is the
+//   resumed run's stream as that endpoint sends it (without the hub's CUSTOM frames: consumers of
+//   the thread see `hub.interrupt_resolved`, right after the resumed RUN_STARTED). A later
+//   answer errors with an InterruptResolvedError (code `interrupt_resolved`, with `interruptId`,
+//   `by`, `at`), nothing run; a thread with a run open with `Error("Thread already running")`.
+//   Without a hub agent for it, a resume runs locally as any run (no claim: say `hubAgents`).
 
 import { runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
 import { AgentRunner } from "@copilotkit/runtime/v2";
 import { Observable, ReplaySubject } from "rxjs";
 
 import { withoutHubMetadata } from "./agent.js";
+import { hubRunError } from "./runs.js";
 import { THREAD_ID } from "./url.js";
 
 export const THREAD_RUNNING = "Thread already running";
@@ -88,8 +99,11 @@ export class AguiHubRunner extends AgentRunner {
    * @param {Function} [options.WebSocket] a WebSocket constructor (Node: the `ws` package)
    * @param {Function} [options.fetch] the Fetch API (default: globalThis.fetch)
    * @param {string} [options.agentId] the agent name connect() posts to when the request has none
+   * @param {Record<string,string>|((agent, input) => string|null)} [options.hubAgents] the hub's
+   *   name (`--agent NAME=URL`) of a CopilotKit agent, by its agentId: a run with `resume` of
+   *   such an agent is the hub's run, through its first-answer-wins claim
    */
-  constructor({ url, token, WebSocket, fetch, agentId = "copilotkit" } = {}) {
+  constructor({ url, token, WebSocket, fetch, agentId = "copilotkit", hubAgents = {} } = {}) {
     super();
     const bases = hubBases(url);
     this.httpBase = bases.http;
@@ -98,6 +112,7 @@ export class AguiHubRunner extends AgentRunner {
     this.WebSocket = WebSocket ?? globalThis.WebSocket;
     this.fetch = fetch ?? ((...args) => globalThis.fetch(...args));
     this.agentId = agentId;
+    this.hubAgents = hubAgents;
     /** threadId -> the run this runner executes there. */
     this._runs = new Map();
   }
@@ -201,15 +216,72 @@ export class AguiHubRunner extends AgentRunner {
     });
   }
 
+  /** The hub's name of `agent` (see `hubAgents`), or null: the runtime runs it. */
+  hubAgent(agent, input) {
+    const named = this.hubAgents;
+    const name = typeof named === "function" ? named(agent, input) : named?.[agent?.agentId];
+    return typeof name === "string" && name !== "" ? name : null;
+  }
+
   run({ threadId, agent, input }) {
     checkThread(threadId);
     if (this._runs.has(threadId)) throw new Error(THREAD_RUNNING);
-    const run = new HubRun(this, threadId, agent, input);
+    const hubAgent = input?.resume?.length ? this.hubAgent(agent, input) : null;
+    const run =
+      hubAgent === null
+        ? new HubRun(this, threadId, agent, input)
+        : new HubResumedRun(this, threadId, hubAgent, input);
     this._runs.set(threadId, run);
     run.done.finally(() => {
       if (this._runs.get(threadId) === run) this._runs.delete(threadId);
     });
     return run.events.asObservable();
+  }
+}
+
+/**
+ * A run() with `resume` of an agent the hub runs: the RunAgentInput goes to the hub's HttpAgent
+ * endpoint, which claims the answers (first wins) and streams the resumed run back.
+ */
+class HubResumedRun {
+  constructor(runner, threadId, hubAgent, input) {
+    this.events = new ReplaySubject(Infinity);
+    this.done = new Promise((resolve) => (this._resolveDone = resolve));
+    const controller = new AbortController();
+    const finish = (err) => {
+      if (err === undefined) this.events.complete();
+      else this.events.error(err);
+      this._resolveDone();
+    };
+    (async () => {
+      const response = await runner.fetch(`${runner.httpBase}/v1/agents/${encodeURIComponent(hubAgent)}`, {
+        method: "POST",
+        headers: await runner._headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+        body: JSON.stringify({ ...input, threadId }),
+        signal: controller.signal,
+      });
+      if (!response.ok) {
+        let value = null;
+        try {
+          value = await response.json();
+        } catch {
+          value = null;
+        }
+        const code = typeof value?.code === "string" ? value.code : `http_${response.status}`;
+        if (code === "run_in_progress") throw new Error(THREAD_RUNNING);
+        throw hubRunError(code, String(value?.message ?? response.statusText ?? ""), value);
+      }
+      await new Promise((resolve, reject) => {
+        transformHttpEventStream(runHttpRequest(async () => response)).subscribe({
+          next: (event) => this.events.next(withoutHubMetadata(event)),
+          error: reject,
+          complete: resolve,
+        });
+      });
+    })().then(
+      () => finish(),
+      (err) => finish(err),
+    );
   }
 }
 

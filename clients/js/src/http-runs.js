@@ -3,7 +3,7 @@
 // /v1/threads/{id}/runs/{runId}` cancels it. The same promises and `run`/`cancel` events as
 // runs.js; every request is answered on its own, so they need not take turns.
 
-import { HubRunError, runCommand } from "./runs.js";
+import { HubRunError, hubRunError, runCommand } from "./runs.js";
 
 /** How many recently ended runs are remembered (a cancel answered after the end was streamed). */
 const KEPT_ENDS = 32;
@@ -114,7 +114,7 @@ export class HttpRuns {
       }
       if (response.ok) return { status: response.status, value };
       const code = typeof value?.code === "string" ? value.code : `http_${response.status}`;
-      throw new HubRunError(code, String(value?.message ?? response.statusText ?? ""));
+      throw hubRunError(code, String(value?.message ?? response.statusText ?? ""), value);
     } finally {
       clearTimeout(timer);
       this._requests.delete(request);

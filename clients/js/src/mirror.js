@@ -160,12 +160,14 @@ export class Mirror {
 
   /** Take one decoded frame from the hub. */
   receive(frame) {
+    const position = positionOf(frame);
     const control = hubControl(frame);
-    if (control !== null) {
+    // A hub.* event with a position is one of the thread's (hub.interrupt_resolved): it takes
+    // its seq as any event does. Control frames carry none.
+    if (control !== null && position === null) {
       if (control[0] !== "hub.error") this.partial = false;
       return this._control(control[0], control[1]);
     }
-    const position = positionOf(frame);
     if (!position?.sync) this.partial = false;
     if (position === null) return this._applyLive(frame); // not sequenced: apply as it comes
     if (this._resuming) {

@@ -18,28 +18,63 @@ const EDIT_CODES = new Set(["conflict", "patch_failed", "malformed_patch", "inva
  * `closed` (the client was closed first; a command never sent is not done).
  */
 export class HubRunError extends Error {
-  constructor(code, message) {
+  /** `value`: the hub's whole error value (`{code, message, ...}`), when the hub answered. */
+  constructor(code, message, value = null) {
     super(`${code}: ${message}`);
     this.name = "HubRunError";
     this.code = code;
     this.hubMessage = message;
+    this.value = value;
   }
 }
 
-/** The hub.run command for `run(agent, messages, options)`; arguments of the wrong type throw. */
-export function runCommand(agent, messages = [], { tools = [], context = [], forwardedProps = {} } = {}) {
+/**
+ * A run with `resume` came second: another answer took the interrupt first (the hub's 409
+ * `interrupt_resolved`: the first answer to a thread's open interrupts wins, on any node), and
+ * nothing ran. `interruptId`, `by` (the `sub` of the winner's token; null without tokens) and
+ * `at` (RFC 3339) say which, who and when, as the thread's CUSTOM `hub.interrupt_resolved` does.
+ */
+export class InterruptResolvedError extends HubRunError {
+  constructor(code, message, value = null) {
+    super(code, message, value);
+    this.name = "InterruptResolvedError";
+    this.interruptId = value?.interruptId ?? null;
+    this.by = value?.by ?? null;
+    this.at = value?.at ?? null;
+  }
+}
+
+/** The error for the hub's refusal `value` of a run or a cancel. */
+export function hubRunError(code, message, value = null) {
+  const Kind = code === "interrupt_resolved" ? InterruptResolvedError : HubRunError;
+  return new Kind(code, message, value);
+}
+
+/**
+ * The hub.run command for `run(agent, messages, options)`; arguments of the wrong type throw.
+ * `resume` (AG-UI 1.0 `RunAgentInput.resume`, `[{interruptId, status, payload}]`) answers the
+ * interrupts the thread's last run ended on; sent only when not empty.
+ */
+export function runCommand(
+  agent,
+  messages = [],
+  { tools = [], context = [], forwardedProps = {}, resume = [] } = {},
+) {
   if (typeof agent !== "string" || agent === "") throw new TypeError("run() needs an agent name");
   for (const [name, value] of [
     ["messages", messages],
     ["tools", tools],
     ["context", context],
+    ["resume", resume ?? []],
   ]) {
     if (!Array.isArray(value)) throw new TypeError(`run() ${name} must be an array`);
   }
   if (forwardedProps === null || typeof forwardedProps !== "object" || Array.isArray(forwardedProps)) {
     throw new TypeError("run() forwardedProps must be an object");
   }
-  return { type: "hub.run", agent, messages, tools, context, forwardedProps };
+  const command = { type: "hub.run", agent, messages, tools, context, forwardedProps };
+  if (resume?.length) command.resume = resume;
+  return command;
 }
 
 export class Runs {
@@ -122,7 +157,7 @@ export class Runs {
     const code = value?.code;
     if (entry === null || EDIT_CODES.has(code)) return false;
     if (entry.kind === "run" && code === "unknown_run") return false; // a late answer to a cancel
-    this._settle(new HubRunError(String(code), String(value?.message ?? "")));
+    this._settle(hubRunError(String(code), String(value?.message ?? ""), value));
     return true;
   }
 

@@ -32,6 +32,24 @@ const SCRIPTS = {
     yield { type: "TEXT_MESSAGE_END", messageId: id };
     yield finished(input);
   },
+  /**
+   * Human in the loop (AG-UI 1.0): a run without `resume` ends asking (RUN_FINISHED outcome
+   * interrupt, interrupt `approve-{threadId}`); one with `resume` says what it was answered.
+   */
+  async *ask(input) {
+    yield started(input);
+    if (!input.resume?.length) {
+      const interrupt = { id: `approve-${input.threadId}`, reason: "approval", message: "ok?" };
+      yield { ...finished(input), outcome: { type: "interrupt", interrupts: [interrupt] } };
+      return;
+    }
+    const said = input.resume.map((r) => `${r.interruptId}=${r.status}:${JSON.stringify(r.payload)}`);
+    const id = `answer-${input.runId}`;
+    yield { type: "TEXT_MESSAGE_START", messageId: id, role: "assistant" };
+    yield { type: "TEXT_MESSAGE_CONTENT", messageId: id, delta: `answered ${said.join(", ")}` };
+    yield { type: "TEXT_MESSAGE_END", messageId: id };
+    yield finished(input);
+  },
   /** Starts the run, then keeps the stream alive with comments until the hub closes it. */
   async *hold(input) {
     yield started(input);

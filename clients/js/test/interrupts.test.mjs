@@ -1,0 +1,177 @@
+// Answering interrupts (AG-UI 1.0 human in the loop) from the JS client and from the CopilotKit
+// runner, against a real hub process that runs a real AG-UI HTTP agent (`ask`): the first answer
+// wins, a later one is an InterruptResolvedError saying who answered and when, and every client
+// sees CUSTOM hub.interrupt_resolved as a thread event right after the resumed RUN_STARTED.
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import WebSocket from "ws";
+
+import { HubClient, HubRunError, InterruptResolvedError } from "../src/agui-hub.js";
+import { AgentServer } from "../test-support/agents.mjs";
+import { EventSource } from "../test-support/event-source.mjs";
+import { hubMissing, startHub, threadId } from "../test-support/hub.mjs";
+
+process.env.COPILOTKIT_TELEMETRY_DISABLED = "true";
+const { AguiHubRunner } = await import("../src/copilotkit.js");
+
+const TIMEOUT = 10_000;
+const RESOLVED = "hub.interrupt_resolved";
+
+const clients = [];
+const logs = new Map();
+function open(hub, thread, options = {}) {
+  const client = new HubClient({ url: hub.ws, thread, WebSocket, backoff: { initial: 20, max: 200 }, ...options });
+  const log = [];
+  client.on("event", (event) => log.push(event));
+  logs.set(client, log);
+  clients.push(client);
+  return client;
+}
+
+async function until(what, check) {
+  const deadline = Date.now() + TIMEOUT;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    return err;
+  }
+  assert.fail("expected a rejection");
+}
+
+/** Every event an Observable emits, and how it ended. */
+function recording(observable) {
+  const seen = [];
+  const done = new Promise((resolve, reject) => {
+    observable.subscribe({ next: (e) => seen.push(e), error: reject, complete: () => resolve(seen) });
+  });
+  return { seen, done };
+}
+
+const approve = (thread, payload) => ({ interruptId: `approve-${thread}`, status: "resolved", payload });
+
+describe("interrupts answered from the clients, on a real hub", { skip: hubMissing() ?? false }, () => {
+  let hub;
+  let agents;
+  before(async () => {
+    agents = await new AgentServer().start();
+    hub = await startHub(["--agent", `ask=${agents.url("ask")}`]);
+  });
+  after(async () => {
+    await Promise.all(clients.map((c) => c.close()));
+    await hub?.stop();
+    await agents?.close();
+  });
+
+  /** Run `ask` on the thread from `client` and wait until the thread waits on its interrupt. */
+  async function ask(client, thread) {
+    await client.run("ask", []);
+    await until("the question", async () => (await hub.thread(thread)).interrupts?.length === 1);
+  }
+
+  test("HubClient.run(resume): the first answer wins, over SSE or the WebSocket; later ones are rejected", async () => {
+    const thread = threadId("js-ask");
+    const ws = open(hub, thread);
+    const sse = open(hub, thread, { transport: "sse", EventSource });
+    const third = open(hub, thread);
+    await Promise.all([ws.whenSynced(), sse.whenSynced(), third.whenSynced()]);
+    await ask(ws, thread);
+
+    const answer = approve(thread, "yes");
+    const won = await sse.run("ask", [], { resume: [answer] }); // POST .../runs
+    for (const late of [ws, third]) {
+      const err = await rejection(late.run("ask", [], { resume: [answer] })); // hub.run
+      assert.ok(err instanceof InterruptResolvedError && err instanceof HubRunError, String(err));
+      assert.equal(err.code, "interrupt_resolved");
+      assert.equal(err.interruptId, answer.interruptId);
+      assert.equal(err.by, null); // open mode: no token, no sub
+      assert.match(err.at, /^\d{4}-\d\d-\d\dT/);
+    }
+    const view = await until("the resumed run's end", async () => (await hub.thread(thread)).run === null)
+      .then(() => hub.thread(thread));
+    assert.equal(view.messages.at(-1).content, `answered ${answer.interruptId}=resolved:"yes"`);
+    for (const client of [ws, sse, third]) {
+      await client.whenSynced(view.seq, { timeout: TIMEOUT });
+      const log = logs.get(client);
+      const at = log.findIndex((e) => e.type === "CUSTOM" && e.name === RESOLVED);
+      assert.ok(at > 0, `${client.transport}: no ${RESOLVED} event`);
+      assert.equal(log[at - 1].type, "RUN_STARTED");
+      assert.equal(log[at - 1].runId, won.runId);
+      assert.equal(log[at].value.interruptId, answer.interruptId);
+      assert.deepEqual({ ...client.resyncs }, Object.fromEntries(Object.keys(client.resyncs).map((k) => [k, 0])));
+      assert.deepEqual(client.messages, view.messages);
+    }
+    assert.deepEqual(
+      agents.inputs.filter((i) => i.threadId === thread).map((i) => i.resume ?? null),
+      [null, [answer]],
+    );
+    const notOpen = await rejection(ws.run("ask", [], { resume: [{ interruptId: "nope", status: "resolved" }] }));
+    assert.equal(notOpen.code, "interrupt_not_open");
+    assert.ok(!(notOpen instanceof InterruptResolvedError));
+  });
+
+  test("AguiHubRunner.run(resume): two runtimes answer at once, the hub runs the agent once", async () => {
+    const thread = threadId("ck-ask");
+    const watcher = open(hub, thread);
+    await watcher.whenSynced();
+    await ask(watcher, thread);
+    const hubAgents = { assistant: "ask" };
+    const A = new AguiHubRunner({ url: hub.http, WebSocket, hubAgents });
+    const B = new AguiHubRunner({ url: hub.http, WebSocket, hubAgents });
+    // The runtime's own agent must not run: the hub runs `ask` for it.
+    const local = { agentId: "assistant", runAgent: () => assert.fail("the answer ran locally") };
+    const input = (runId, payload) => ({
+      threadId: thread,
+      runId,
+      state: {},
+      messages: [],
+      tools: [],
+      context: [],
+      forwardedProps: {},
+      resume: [approve(thread, payload)],
+    });
+    const runs = [
+      recording(A.run({ threadId: thread, agent: local, input: input("ck-a", "from A") })),
+      recording(B.run({ threadId: thread, agent: local, input: input("ck-b", "from B") })),
+    ];
+    const settled = await Promise.allSettled(runs.map((r) => r.done));
+    const won = settled.filter((s) => s.status === "fulfilled");
+    const lost = settled.filter((s) => s.status === "rejected");
+    assert.equal(won.length, 1, JSON.stringify(settled.map((s) => s.reason?.message ?? "ok")));
+    const err = lost[0].reason;
+    assert.ok(err instanceof InterruptResolvedError, String(err));
+    assert.equal(err.interruptId, `approve-${thread}`);
+    const events = won[0].value;
+    assert.deepEqual(
+      events.map((e) => (e.type === "CUSTOM" ? e.name : e.type)),
+      ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"],
+    );
+    assert.ok(events.every((e) => e.metadata?.hub === undefined), "no hub positions");
+    // The thread's consumers see who answered, right after the resumed run's RUN_STARTED.
+    const log = logs.get(watcher);
+    await until("the watcher's resolution", () => log.some((e) => e.name === RESOLVED));
+    const at = log.findIndex((e) => e.type === "CUSTOM" && e.name === RESOLVED);
+    assert.equal(log[at - 1].type, "RUN_STARTED");
+    assert.equal(log[at - 1].runId, events[0].runId);
+    assert.equal(log[at].value.at, err.at);
+    const resumed = agents.inputs.filter((i) => i.threadId === thread && i.resume);
+    assert.equal(resumed.length, 1, "exactly one resume reached the agent");
+    assert.equal(resumed[0].runId, events[0].runId, "the winner's runId");
+    const view = await hub.thread(thread);
+    assert.equal(view.messages.at(-1).content, `answered approve-${thread}=resolved:${JSON.stringify(resumed[0].resume[0].payload)}`);
+    assert.deepEqual(view.interrupts, []);
+
+    // A late answer, after the run: still interrupt_resolved, and the runtime's agent never ran.
+    const late = recording(A.run({ threadId: thread, agent: local, input: input("ck-c", "late") }));
+    const lateErr = await rejection(late.done);
+    assert.ok(lateErr instanceof InterruptResolvedError, String(lateErr));
+  });
+});

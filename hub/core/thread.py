@@ -36,6 +36,10 @@ RECORD_VERSION = 1
 #: The CUSTOM event the hub publishes when a tab's answer to open interrupts won (see
 #: :meth:`Thread.resolve_interrupts`).
 INTERRUPT_RESOLVED = "hub.interrupt_resolved"
+#: The CUSTOM event the hub publishes in a resumed run whose agent never took the answers (it
+#: could not be reached, or refused the request), before the run's RUN_ERROR: the interrupts
+#: the thread waited on are open again (see :meth:`Thread.reopen_interrupts`).
+INTERRUPTS_REOPENED = "hub.interrupts_reopened"
 
 
 @dataclass
@@ -178,6 +182,16 @@ class Thread:
             for r in resolutions
         ]
 
+    def reopen_interrupts(self, interrupts: list[Any]) -> Event | None:
+        """Say in the open run, before ending it, that its agent never took the answers it was
+        started with: ``interrupts`` (those the thread waited on when the run started) are open
+        again once the run ends, and may be answered anew. A ``CUSTOM``
+        :data:`INTERRUPTS_REOPENED` ``{interrupts}``, the hub's own; None if no run is open."""
+        if self.run is None:
+            return None
+        value = {"interrupts": copy.deepcopy(interrupts)}
+        return self._commit({"type": "CUSTOM", "name": INTERRUPTS_REOPENED, "value": value})
+
     def abort_run(self, message: str, code: str) -> Event | None:
         """End the open run with RUN_ERROR (e.g. its agent disconnected). None if no run."""
         if self.run is None:
@@ -262,6 +276,13 @@ class Thread:
         outcome = event.get("outcome")
         if isinstance(outcome, dict) and outcome.get("type") == "interrupt":
             asked = outcome.get("interrupts")
+            self.interrupts = copy.deepcopy(asked) if isinstance(asked, list) else []
+        return event
+
+    def _on_custom(self, event: Event) -> Event:
+        if event.get("name") == INTERRUPTS_REOPENED:  # only the hub's (publish refuses hub.*)
+            value = event.get("value")
+            asked = value.get("interrupts") if isinstance(value, dict) else None
             self.interrupts = copy.deepcopy(asked) if isinstance(asked, list) else []
         return event
 

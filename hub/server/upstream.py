@@ -38,6 +38,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -153,6 +154,7 @@ class Upstream:
         run_id = run_id or str(uuid.uuid4())
         guard = self.guard
         built: dict[str, Any] = {}
+        waited: list[Any] = []
         resume = [dict(entry) for entry in command.resume]
         resolutions: list[dict[str, Any]] = []
         asked: str | None = None
@@ -177,6 +179,8 @@ class Upstream:
             started: Event = {"type": "RUN_STARTED", "threadId": thread.thread_id, "runId": run_id}
             if thread.last_run_id is not None:
                 started["parentRunId"] = thread.last_run_id
+            if resolutions:  # what the run clears, open again if its agent never takes it
+                waited[:] = thread.interrupts
             outcome = thread.publish(started)
             if outcome.error is None and resolutions:
                 # Right after the run's RUN_STARTED, before anything of the agent: every tab
@@ -213,7 +217,8 @@ class Upstream:
                 await asyncio.shield(self._unclaim(loaded, asked, resume, claim))
             raise
         loaded.producers += 1  # keeps the thread loaded while the run lasts
-        task = asyncio.create_task(self._run(loaded, target, run_id, dict(built)))
+        answered = _Answered(str(asked), resume, claim, waited) if claim else None
+        task = asyncio.create_task(self._run(loaded, target, run_id, dict(built), answered))
         self.runs[(loaded.key, run_id)] = task
         # The thread's list entry names the agent of its latest run (GET /v1/threads).
         self.hub.persistence.update_info(loaded, agent=command.agent)
@@ -323,11 +328,23 @@ class Upstream:
 
     # -- one run --------------------------------------------------------------------------------
 
-    async def _run(self, loaded: LoadedThread, target: AgentTarget, run_id: str, body: Any) -> None:
+    async def _run(
+        self,
+        loaded: LoadedThread,
+        target: AgentTarget,
+        run_id: str,
+        body: Any,
+        answered: _Answered | None = None,
+    ) -> None:
+        """Call the agent, then end the run if the agent did not. A resumed run (``answered``)
+        whose agent never took the request (it could not be reached, or answered an HTTP
+        error) reopens the interrupts in its ending and gives the claim back: nobody's answer
+        reached the agent, so the question is open to the next one."""
         code, message = "agent_error", "the agent's run failed"
+        taken = True
         renewing = asyncio.create_task(self._renew(loaded.key, run_id))
         try:
-            code, message = await self._call(loaded, target, run_id, body)
+            code, message, taken = await self._call(loaded, target, run_id, body)
         except asyncio.CancelledError:
             if self._closing:
                 code, message = "agent_disconnected", "the hub node running the agent stopped"
@@ -345,8 +362,15 @@ class Upstream:
             self.runs.pop((loaded.key, run_id), None)
             loaded.producers -= 1
             self.hub.released(loaded)
+        reopen = None if taken or answered is None else answered.waited
         try:
-            await asyncio.shield(self.hub.submit(loaded, _ending(run_id, message, code)))
+            ending = await asyncio.shield(
+                self.hub.submit(loaded, _ending(run_id, message, code, reopen))
+            )
+            if reopen is not None and answered is not None and ending.events:
+                await asyncio.shield(
+                    self._unclaim(loaded, answered.asked, answered.resume, answered.claim)
+                )
             await self.hub.store.release_run(loaded.key, run_id)
         except Exception:
             log.exception("ending the run %s failed", run_id, extra=about(loaded.key, run=run_id))
@@ -425,28 +449,30 @@ class Upstream:
 
     async def _call(
         self, loaded: LoadedThread, target: AgentTarget, run_id: str, body: Any
-    ) -> tuple[str, str]:
+    ) -> tuple[str, str, bool]:
         """Call the agent and submit what it streams; the code and message to end the run with
-        if it is still open when this returns."""
+        if it is still open when this returns, and whether the agent took the request (False:
+        it could not be reached, or refused it with an HTTP error status)."""
         headers = {**dict(target.headers), "Accept": "text/event-stream"}
         try:
             async with self.client().stream(
                 "POST", target.url, json=body, headers=headers
             ) as response:
                 if response.status_code >= 400:
-                    return "agent_error", f"the agent answered HTTP {response.status_code}"
+                    return "agent_error", f"the agent answered HTTP {response.status_code}", False
                 kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if kind != "text/event-stream":
-                    return "agent_error", "the agent's answer is not an event stream"
-                return await self._stream(loaded, response, target, run_id)
+                    return "agent_error", "the agent's answer is not an event stream", True
+                return (*await self._stream(loaded, response, target, run_id), True)
         except (httpx.ConnectError, httpx.ConnectTimeout):
-            return "agent_unavailable", "the agent could not be reached"
+            return "agent_unavailable", "the agent could not be reached", False
         except httpx.TimeoutException:
-            return "agent_timeout", f"the agent was silent for {self.config.agent_timeout:g} s"
+            silent = f"the agent was silent for {self.config.agent_timeout:g} s"
+            return "agent_timeout", silent, True
         except httpx.HTTPError:
-            return "agent_error", "the agent's stream broke off"
+            return "agent_error", "the agent's stream broke off", True
         except PeerError as exc:  # the SSE parser's bound (an event past the frame limit)
-            return "agent_error", f"the agent's stream is not usable: {exc.message}"
+            return "agent_error", f"the agent's stream is not usable: {exc.message}", True
 
     async def _stream(
         self, loaded: LoadedThread, response: httpx.Response, target: AgentTarget, run_id: str
@@ -570,16 +596,29 @@ def _publishing(guard: Guard, event: Event, run_id: str, over: list[bool]) -> Ch
     return publish
 
 
-def _ending(run_id: str, message: str, code: str) -> Change:
-    """End the run ``run_id`` with RUN_ERROR if it is still the open one; else nothing."""
+def _ending(run_id: str, message: str, code: str, reopen: list[Any] | None = None) -> Change:
+    """End the run ``run_id`` with RUN_ERROR if it is still the open one; else nothing. With
+    ``reopen``, the interrupts it answered are said to be open again first, inside the run."""
 
     def end(thread: Thread) -> Outcome:
         if thread.run_id != run_id:
             return Outcome()
+        reopened = None if reopen is None else thread.reopen_interrupts(reopen)
         event = thread.abort_run(message, code)
-        return Outcome(events=[] if event is None else [event])
+        return Outcome(events=[e for e in (reopened, event) if e is not None])
 
     return end
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """A resumed run's claim: the run that asked, the answers, the claim as stored, and the
+    interrupts the thread waited on as the run opened."""
+
+    asked: str
+    resume: list[dict[str, Any]]
+    claim: dict[str, Any]
+    waited: list[Any]
 
 
 async def _settle(pending: deque[asyncio.Future[Outcome]]) -> None:

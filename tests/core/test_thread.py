@@ -297,3 +297,26 @@ def test_interrupts_a_run_ended_on_stay_open_through_a_record_until_the_next_run
     for copy_ in (thread, rebuilt):  # the next run takes them up
         assert copy_.publish({**run_started(), "runId": "r2"}).error is None
         assert copy_.view()["interrupts"] == []
+
+
+def test_a_resumed_run_whose_agent_never_took_the_answers_reopens_them(thread: Thread) -> None:
+    asks = [{"id": "i1", "reason": "approval"}, {"id": "i2"}]
+    thread.publish(run_started())
+    ended = {"type": "RUN_FINISHED", "threadId": thread.thread_id, "runId": "r1"}
+    thread.publish({**ended, "outcome": {"type": "interrupt", "interrupts": asks}})
+    assert thread.reopen_interrupts(asks) is None  # no run open: nothing to say it in
+    forged = {"type": "CUSTOM", "name": "hub.interrupts_reopened", "value": {"interrupts": asks}}
+    assert thread.publish({**run_started(), "runId": "r2"}).error is None
+    assert thread.interrupts == []
+    refused = thread.publish(forged)  # no producer may say it
+    assert refused.error is not None and refused.error.code == "invalid_event"
+    reopened = thread.reopen_interrupts(asks)
+    assert reopened is not None and reopened["value"] == {"interrupts": asks}
+    assert thread.abort_run("the agent could not be reached", "agent_unavailable") is not None
+    assert thread.view()["interrupts"] == asks and thread.run is None
+    again = Thread(thread.thread_id, epoch=thread.epoch)  # a node rebuilding from the log
+    for event in thread.log:
+        again.replay(event)
+    assert again.view() == thread.view()
+    rebuilt = Thread.from_record(copy.deepcopy(thread.to_record()))
+    assert rebuilt.view()["interrupts"] == asks

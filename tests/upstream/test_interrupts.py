@@ -287,3 +287,58 @@ async def test_an_answer_whose_run_does_not_open_gives_its_claim_back_on_redis(
     n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
     await refused_then_answered((n0, n1), "i-refused-redis")
     assert len(resumed_inputs(agent, "i-refused-redis")) == 1
+
+
+REOPENED = "hub.interrupts_reopened"
+
+
+async def untaken_then_answered(
+    nodes: tuple[HubProcess, HubProcess], thread_id: str, agent: AgentServer, untaken: str
+) -> None:
+    """An answer whose run opens but whose agent never takes it (``untaken``: unreachable, or
+    refusing with an HTTP error): the run ends with RUN_ERROR, the interrupts are open again,
+    said in the run before its end, and the next answer, on the other node, wins."""
+    tab = await consumer(nodes[0], thread_id)
+    asked = await ask(tab, thread_id)
+    approve = answer(f"approve-{thread_id}", "yes")
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        lost = await http.post(
+            f"{nodes[0].http}/v1/threads/{thread_id}/runs",
+            json={"agent": untaken, "resume": [approve]},
+        )
+        assert lost.status_code == 202, lost.text
+        end = await run_end(tab, lost.json()["runId"])
+        assert end["type"] == "RUN_ERROR", end
+        kinds = [(e["type"], e.get("name")) for e in tab.received]
+        at = kinds.index(("CUSTOM", REOPENED))
+        assert kinds[at + 1] == ("RUN_ERROR", None), kinds  # inside the run, before its end
+        assert tab.received[at]["value"] == {"interrupts": asked["outcome"]["interrupts"]}
+        assert nodes[1].thread(thread_id)["interrupts"] == asked["outcome"]["interrupts"]
+        second = await http.post(
+            f"{nodes[1].http}/v1/threads/{thread_id}/runs",
+            json={"agent": "ask", "resume": [approve]},
+        )
+        assert second.status_code == 202, second.text  # not 409 interrupt_resolved
+        assert (await run_end(tab, second.json()["runId"]))["type"] == "RUN_FINISHED"
+    assert [i["resume"] for i in resumed_inputs(agent, thread_id)] == [[approve]]
+    assert nodes[0].thread(thread_id)["interrupts"] == []
+
+
+async def test_an_answer_whose_agent_never_takes_it_reopens_the_interrupts(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    args = [*agent_args(agent, tmp_path), "--agent", f"refusing={agent.url('no-such-script')}"]
+    hub = start_hub(*args)
+    await untaken_then_answered((hub, hub), "i-dead", agent, "dead")  # connection refused
+    await untaken_then_answered((hub, hub), "i-refusing", agent, "refusing")  # HTTP 404
+
+
+async def test_an_answer_whose_agent_never_takes_it_reopens_them_on_redis(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> None:
+    args = agent_args(agent, tmp_path)
+    n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
+    await untaken_then_answered((n0, n1), "i-dead-redis", agent, "dead")

@@ -449,6 +449,14 @@ class SharedBroker(Broker):
         committed = loaded.persisted_seq
         old_epoch = loaded.thread.epoch
         fresh = await self.node.load_thread(loaded.key)
+        if fresh.epoch == NO_EPOCH and old_epoch != NO_EPOCH:
+            # The store forgot a thread this copy had: deleted by another node whose notice
+            # this node never heard (the bus was away), so it goes as the notice would have
+            # made it go, never as an empty thread its consumers would take for a new epoch.
+            loaded.stale = False
+            following.inbox.clear()
+            self.gone(loaded)
+            return
         loaded.stale = False
         following.inbox.clear()
         loaded.thread = fresh

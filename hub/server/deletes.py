@@ -21,7 +21,10 @@ Receipts are not thread data: they stay.
 An agent on another node that writes in the very instant of the delete, before that node heard
 of it, does not bring the thread back: that node's append finds the thread gone from the store
 (its copy had it), refuses the frames with ``thread_deleted`` and drops the copy as in step 5
-(hub.server.thread_writer). Only a write after that creates the id anew.
+(hub.server.thread_writer). Only a write after that creates the id anew. A node that was off
+the bus when the notice went out (Redis pub/sub does not keep messages) finds out when the bus
+is back: it checks every copy against the store then, and a copy whose thread the store no
+longer holds goes as in step 5 (hub.server.broker), never as an empty thread.
 """
 
 from __future__ import annotations

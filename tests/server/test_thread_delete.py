@@ -249,3 +249,43 @@ async def test_a_write_racing_a_delete_it_was_not_told_of_does_not_bring_the_thr
     await asyncio.sleep(0.3)
     assert redis_leftovers(redis_server.url, "doomed") == []  # not created anew from the copy
     assert a.metric(DELETED, token("admin"), cause="store") == 1.0
+
+
+async def test_a_node_that_missed_the_delete_notice_drops_the_thread_when_its_bus_is_back(
+    start_hub: Callable[..., HubProcess], secret_file: str, redis_server: RedisServer
+) -> None:
+    """Redis pub/sub keeps nothing for a subscriber that is away: a node off the bus when a
+    delete was announced never hears of it. Here the delete is the store's alone (nobody
+    announces it), then both nodes' bus connections are cut: each checks its copies against
+    the store as it comes back, and its consumers get thread_deleted, not an empty thread."""
+    from hub.store.redis import RedisStore
+
+    a = start_hub("--jwt-secret-file", secret_file, "--node", "a", store=redis_server.url)
+    b = start_hub("--jwt-secret-file", secret_file, "--node", "b", store=redis_server.url)
+    try:
+        await write(a, "doomed", 2)
+        await write(a, "kept", 2)
+        on_a, on_b = await consumer(a, "doomed"), await consumer(b, "doomed")
+        kept_b = await consumer(b, "kept")
+        store = await RedisStore.open(redis_server.url)
+        try:
+            assert await store.delete_thread("acme/doomed")
+        finally:
+            await store.close()
+        with redis.Redis.from_url(redis_server.url) as client:
+            assert client.client_kill_filter(_type="pubsub") >= 2  # both nodes' bus readers
+        for ws in (on_a, on_b):
+            frames, code = await until_closed(ws)
+            assert errors(frames)[-1:] == ["thread_deleted"] and code == 4004
+            # The join's snapshot only: no repair onto an empty thread before the close.
+            assert [f.get("type") for f in frames].count("STATE_SNAPSHOT") <= 1, frames
+        admin = token("admin")
+        assert [n.metric(DELETED, admin, cause="store") for n in (a, b)] == [1.0, 1.0]
+        await kept_b.send(json.dumps({"type": "hub.ping"}))  # another thread: untouched
+        await asyncio.sleep(0.3)
+        assert kept_b.close_code is None
+        await kept_b.close()
+        await asyncio.sleep(0.3)
+        assert redis_leftovers(redis_server.url, "doomed") == []  # not written back either
+    finally:
+        start_hub.stop_all()  # type: ignore[attr-defined]  # before their Redis stops

@@ -141,3 +141,32 @@ async def test_the_members_bound_counts_the_other_nodes_members(two: list[HubPro
         assert subs(b) == {"one", "two", "three"}
     finally:
         await Client.close_all()
+
+
+async def test_two_nodes_on_a_redis_cluster_see_each_others_members_and_a_killed_ones_go(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """The same on a real 3-master Redis Cluster (Redis 7): the thread's presence keys sit in
+    its slot, and the changes travel on a shard channel."""
+    from redis_support import RedisClusterServers
+
+    servers = RedisClusterServers(3).start()
+    try:
+        a = start_hub("--node", "a", "--presence-ttl", str(TTL), store=servers.url)
+        b = start_hub("--node", "b", "--presence-ttl", str(TTL), store=servers.url)
+        one = await Client.open(f"{a.ws}/v1/threads/doc?presence=One")
+        await one.recv(TIMEOUT)
+        two = await Client.open(f"{b.ws}/v1/threads/doc?presence=Two")
+        welcome = await two.recv(TIMEOUT)
+        assert {m["name"] for m in welcome["value"]["presence"]["members"]} == {"One", "Two"}
+        assert (await presence(one, "join"))["name"] == "Two"
+        await two.send({"type": "hub.presence", "data": [1]})
+        assert (await presence(one, "update"))["data"] == [1]
+        b.kill()  # SIGKILL
+        killed = time.monotonic()
+        assert (await presence(one, "leave", 3 * TTL))["name"] == "Two"
+        assert time.monotonic() - killed <= TTL + TTL / 3 + 0.3
+    finally:
+        await Client.close_all()
+        start_hub.stop_all()  # type: ignore[attr-defined]  # the hubs first, then their store
+        servers.cleanup()

@@ -38,28 +38,26 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from ag_ui.core import RunAgentInput
 from pydantic import ValidationError
 
-from hub.auth.principal import OPEN_PRINCIPAL, Principal
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import (
     InterruptNotOpen,
-    InterruptResolved,
     MalformedPatch,
     PeerError,
     RunInProgress,
     UnknownAgent,
     UnknownRun,
 )
+from hub.server import interrupts
 from hub.server.config import AgentTarget
 from hub.server.guard import Guard
 from hub.server.hub import Hub
+from hub.server.interrupts import answerer as answerer  # the transports' import
 from hub.server.loaded import LoadedThread
 from hub.server.logs import about
 from hub.server.node import Change
@@ -139,12 +137,13 @@ class Upstream:
         agent's input state), before anything else reaches it.
 
         A run with ``resume`` answers the thread's open interrupts (AG-UI 1.0): the answer is
-        first claimed in the store (:meth:`_claim`: the first answer wins, on any node; a
-        later one raises :class:`InterruptResolved`, one to an interrupt not open
-        :class:`InterruptNotOpen`), then, in the change that opens the run, the thread says
-        so right after the run's ``RUN_STARTED`` (``CUSTOM`` ``hub.interrupt_resolved``, one
-        per answer, ``by`` the caller's ``sub``) and the agent gets the answers in
-        ``RunAgentInput.resume``. A run that does not open gives the claim back."""
+        first claimed in the store (:func:`~hub.server.interrupts.claim`: the first answer
+        wins, on any node; a later one raises :class:`~hub.errors.InterruptResolved`, one to
+        an interrupt not open :class:`InterruptNotOpen`), then, in the change that opens the
+        run, the thread says so right after the run's ``RUN_STARTED`` (``CUSTOM``
+        ``hub.interrupt_resolved``, one per answer, ``by`` the caller's ``sub``) and the agent
+        gets the answers in ``RunAgentInput.resume``. A run that does not open, or whose agent
+        never takes it, gives the claim back."""
         target = self.config.agents.get(command.agent)
         if target is None:
             raise UnknownAgent("no agent of that name is configured")
@@ -154,23 +153,16 @@ class Upstream:
         run_id = run_id or str(uuid.uuid4())
         guard = self.guard
         built: dict[str, Any] = {}
-        waited: list[Any] = []
         resume = [dict(entry) for entry in command.resume]
-        resolutions: list[dict[str, Any]] = []
-        asked: str | None = None
-        claim: dict[str, Any] = {}
+        answer: interrupts.Answer | None = None
         if resume:
-            asked, resolutions, claim = await self._claim(loaded, resume, by)
+            answer = await interrupts.claim(self.hub.store, loaded.key, loaded.thread, resume, by)
 
         def open_run(thread: Thread) -> Outcome:
             if thread.run is not None:
                 return Outcome(error=RunInProgress("the thread has a run open; one at a time"))
-            if resolutions:
-                waiting = _open_interrupts(thread)
-                if thread.last_run_id != asked or any(
-                    r["interruptId"] not in waiting for r in resolutions
-                ):  # another run started since the claim (one without resume)
-                    return Outcome(error=InterruptNotOpen("the interrupts are no longer open"))
+            if answer is not None and not answer.still_open(thread):
+                return Outcome(error=InterruptNotOpen("the interrupts are no longer open"))
             new = [m for m in added if thread.messages.get(m["id"]) is None]
             snapshot: Event | None = None
             if new:
@@ -179,14 +171,14 @@ class Upstream:
             started: Event = {"type": "RUN_STARTED", "threadId": thread.thread_id, "runId": run_id}
             if thread.last_run_id is not None:
                 started["parentRunId"] = thread.last_run_id
-            if resolutions:  # what the run clears, open again if its agent never takes it
-                waited[:] = thread.interrupts
+            if answer is not None:  # what the run clears, open again if its agent never takes it
+                answer.waited[:] = thread.interrupts
             outcome = thread.publish(started)
-            if outcome.error is None and resolutions:
+            if outcome.error is None and answer is not None:
                 # Right after the run's RUN_STARTED, before anything of the agent: every tab
                 # sees who answered. Inside the run, as AG-UI clients take events only there
                 # (the official client refuses any event between RUN_FINISHED and RUN_STARTED).
-                outcome.events += thread.resolve_interrupts(resolutions)
+                outcome.events += thread.resolve_interrupts(answer.resolutions)
             if outcome.error is None and snapshot is not None:
                 more = thread.publish(snapshot)
                 outcome.events += more.events
@@ -213,12 +205,11 @@ class Upstream:
         try:
             await self._open(loaded, run_id, command.policy or target.policy, open_run)
         except BaseException:
-            if claim:  # the run did not open: the answers it claimed are open again
-                await asyncio.shield(self._unclaim(loaded, asked, resume, claim))
+            if answer is not None:  # the run did not open: the answers it claimed are open again
+                await asyncio.shield(self._release(loaded, answer))
             raise
         loaded.producers += 1  # keeps the thread loaded while the run lasts
-        answered = _Answered(str(asked), resume, claim, waited) if claim else None
-        task = asyncio.create_task(self._run(loaded, target, run_id, dict(built), answered))
+        task = asyncio.create_task(self._run(loaded, target, run_id, dict(built), answer))
         self.runs[(loaded.key, run_id)] = task
         # The thread's list entry names the agent of its latest run (GET /v1/threads).
         self.hub.persistence.update_info(loaded, agent=command.agent)
@@ -253,52 +244,8 @@ class Upstream:
                 raise outcome.error
         raise RunInProgress("the thread's run was superseded by others meanwhile; retry")
 
-    async def _unclaim(
-        self,
-        loaded: LoadedThread,
-        asked: str | None,
-        resume: list[dict[str, Any]],
-        claim: dict[str, Any],
-    ) -> None:
-        """Give back the claim :meth:`_claim` made, for a run that did not open. A store that
-        is away keeps it (for :data:`~hub.store.base.CLAIM_TTL`): said in the log."""
-        ids = [str(entry["interruptId"]) for entry in resume]
-        try:
-            await self.hub.store.release_interrupts(loaded.key, str(asked), ids, claim)
-        except Exception as exc:
-            self.hub.store_health.failed(
-                exc, log, "releasing the claim of interrupts %s failed: %s", ", ".join(ids)
-            )
-
-    async def _claim(
-        self, loaded: LoadedThread, resume: list[dict[str, Any]], by: str | None
-    ) -> tuple[str | None, list[dict[str, Any]], dict[str, Any]]:
-        """Claim the answers ``resume`` gives to the thread's open interrupts, in the store
-        (all or none, atomically across nodes): the run that asked them, the resolutions to
-        publish, and the claim as stored (to give it back if the run does not open). Raises
-        :class:`InterruptResolved` (with who answered first, and when) or
-        :class:`InterruptNotOpen`."""
-        thread, store = loaded.thread, self.hub.store
-        waiting = _open_interrupts(thread)
-        ids = [str(entry["interruptId"]) for entry in resume]
-        for interrupt_id in ids:
-            if interrupt_id not in waiting:
-                held = await store.interrupt_claim(loaded.key, interrupt_id)
-                if held is not None:  # answered already: the resumed run cleared it
-                    raise InterruptResolved(interrupt_id, held.get("by"), held.get("at"))
-                raise InterruptNotOpen(f"the thread is not waiting on interrupt {interrupt_id!r}")
-        asked = thread.last_run_id
-        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        # The claim's own id tells it from another answer's of the same ``by`` and ``at``.
-        claim = {"by": by, "at": at, "claim": uuid.uuid4().hex}
-        held = await store.claim_interrupts(loaded.key, str(asked), ids, claim)
-        if held is not None:
-            raise InterruptResolved(str(held["interruptId"]), held.get("by"), held.get("at"))
-        resolutions = [
-            {"interruptId": entry["interruptId"], "status": entry["status"], "by": by, "at": at}
-            for entry in resume
-        ]
-        return asked, resolutions, claim
+    async def _release(self, loaded: LoadedThread, answer: interrupts.Answer) -> None:
+        await interrupts.release(self.hub.store, self.hub.store_health, loaded.key, answer)
 
     async def _supersede(self, loaded: LoadedThread) -> None:
         """Policy ``supersede``: cancel the run open on the thread (whoever runs it, on any
@@ -334,7 +281,7 @@ class Upstream:
         target: AgentTarget,
         run_id: str,
         body: Any,
-        answered: _Answered | None = None,
+        answered: interrupts.Answer | None = None,
     ) -> None:
         """Call the agent, then end the run if the agent did not. A resumed run (``answered``)
         whose agent never took the request (it could not be reached, or answered an HTTP
@@ -368,9 +315,7 @@ class Upstream:
                 self.hub.submit(loaded, _ending(run_id, message, code, reopen))
             )
             if reopen is not None and answered is not None and ending.events:
-                await asyncio.shield(
-                    self._unclaim(loaded, answered.asked, answered.resume, answered.claim)
-                )
+                await asyncio.shield(self._release(loaded, answered))
             await self.hub.store.release_run(loaded.key, run_id)
         except Exception:
             log.exception("ending the run %s failed", run_id, extra=about(loaded.key, run=run_id))
@@ -568,19 +513,6 @@ def _input_messages(command: control.Run) -> list[dict[str, Any]]:
     return messages
 
 
-def answerer(principal: Principal) -> str | None:
-    """Who answers interrupts, as the thread says it: the token's ``sub``; None without
-    tokens (open mode)."""
-    return None if principal is OPEN_PRINCIPAL else principal.sub
-
-
-def _open_interrupts(thread: Thread) -> set[str]:
-    """The ids of the interrupts the thread waits on (none while a run is open)."""
-    if thread.run is not None:
-        return set()
-    return {str(i["id"]) for i in thread.interrupts if isinstance(i, dict) and "id" in i}
-
-
 def _publishing(guard: Guard, event: Event, run_id: str, over: list[bool]) -> Change:
     """Publish an event of the run's stream; once the run was ended (cancelled from another
     node, say), drop it and say so in ``over`` (the change may run again after a lost race,
@@ -608,17 +540,6 @@ def _ending(run_id: str, message: str, code: str, reopen: list[Any] | None = Non
         return Outcome(events=[e for e in (reopened, event) if e is not None])
 
     return end
-
-
-@dataclass(frozen=True)
-class _Answered:
-    """A resumed run's claim: the run that asked, the answers, the claim as stored, and the
-    interrupts the thread waited on as the run opened."""
-
-    asked: str
-    resume: list[dict[str, Any]]
-    claim: dict[str, Any]
-    waited: list[Any]
 
 
 async def _settle(pending: deque[asyncio.Future[Outcome]]) -> None:

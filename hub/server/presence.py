@@ -92,6 +92,8 @@ class Seat:
 class _Thread:
     roster: Roster
     seats: set[Seat] = field(default_factory=set)
+    #: When it was made (monotonic): one nobody sat down on is let go a tick after.
+    made: float = field(default_factory=time.monotonic)
 
 
 class Presence:
@@ -286,7 +288,13 @@ class Presence:
             key: {m.id: pack(m.to_record()) for m in thread.roster.local()}
             for key, thread in self.threads.items()
         }
-        for key in [k for k, t in self.threads.items() if not t.seats and not held[k]]:
+        now = time.monotonic()
+        idle = [
+            key
+            for key, thread in self.threads.items()
+            if not thread.seats and not held[key] and now - thread.made >= self.tick
+        ]
+        for key in idle:
             del self.threads[key]  # prepared for a consumer that never came
             del held[key]
         if not held:

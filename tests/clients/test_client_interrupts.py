@@ -88,6 +88,10 @@ async def test_the_first_answer_wins_and_later_ones_are_interrupt_resolved(
             assert sum(c.resyncs.values()) == 0, (name, c.resyncs)
             assert c.messages[-1]["content"] == f"answered {interrupt_id}=resolved:yes"
         assert at == refused.value.at
+        # A late answer over SSE: the hub's 409, the same InterruptResolved.
+        with pytest.raises(InterruptResolved) as late_http:
+            await over_sse.run("ask", [], resume=[approve])
+        assert (late_http.value.interrupt_id, late_http.value.at) == (interrupt_id, at)
         for task in tasks:
             task.cancel()
 

@@ -113,6 +113,11 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
       agents.inputs.filter((i) => i.threadId === thread).map((i) => i.resume ?? null),
       [null, [answer]],
     );
+    // A late answer over SSE: the hub's 409, the same InterruptResolvedError.
+    const lateHttp = await rejection(sse.run("ask", [], { resume: [answer] }));
+    assert.ok(lateHttp instanceof InterruptResolvedError, String(lateHttp));
+    assert.equal(lateHttp.interruptId, answer.interruptId);
+    assert.equal(lateHttp.value.code, "interrupt_resolved");
     const notOpen = await rejection(ws.run("ask", [], { resume: [{ interruptId: "nope", status: "resolved" }] }));
     assert.equal(notOpen.code, "interrupt_not_open");
     assert.ok(!(notOpen instanceof InterruptResolvedError));

@@ -33,7 +33,8 @@
 //   the first answer wins, on any runtime instance and hub node, and the Observable is the
 //   resumed run's stream as that endpoint sends it (without the hub's CUSTOM frames: consumers of
 //   the thread see `hub.interrupt_resolved`, right after the resumed RUN_STARTED). A later
-//   answer errors with an InterruptResolvedError (code `interrupt_resolved`, with `interruptId`,
+//   answer emits RUN_ERROR code `interrupt_resolved` (who answered, when: what a runtime's
+//   response carries to the browser) and errors with an InterruptResolvedError (`interruptId`,
 //   `by`, `at`), nothing run; a thread with a run open with `Error("Thread already running")`.
 //   Without a hub agent for it, a resume runs locally as any run (no claim: say `hubAgents`).
 
@@ -42,7 +43,7 @@ import { AgentRunner } from "@copilotkit/runtime/v2";
 import { Observable, ReplaySubject } from "rxjs";
 
 import { withoutHubMetadata } from "./agent.js";
-import { hubRunError } from "./runs.js";
+import { HubRunError, hubRunError } from "./runs.js";
 import { THREAD_ID } from "./url.js";
 
 export const THREAD_RUNNING = "Thread already running";
@@ -250,7 +251,17 @@ class HubResumedRun {
     const controller = new AbortController();
     const finish = (err) => {
       if (err === undefined) this.events.complete();
-      else this.events.error(err);
+      else {
+        if (err instanceof HubRunError && err.value !== null) {
+          // The hub refused the answer (interrupt_resolved, interrupt_not_open): said to the
+          // caller as a RUN_ERROR too, which a runtime's response carries to the browser (the
+          // runtime only logs the Observable's error, and its stream ends empty).
+          const { code, by, at } = err.value;
+          const who = code === "interrupt_resolved" ? ` (by ${by ?? "someone"} at ${at})` : "";
+          this.events.next({ type: "RUN_ERROR", message: `${err.hubMessage}${who}`, code });
+        }
+        this.events.error(err);
+      }
       this._resolveDone();
     };
     (async () => {

@@ -15,6 +15,25 @@ import { hubMissing, startHub, threadId } from "../test-support/hub.mjs";
 
 process.env.COPILOTKIT_TELEMETRY_DISABLED = "true";
 const { AguiHubRunner } = await import("../src/copilotkit.js");
+const { CopilotRuntime, createCopilotRuntimeHandler } = await import("@copilotkit/runtime/v2");
+const { AbstractAgent } = await import("@ag-ui/client");
+
+/** The runtime's own agent: never to run, the hub runs `ask` for a resume. */
+class NotHere extends AbstractAgent {
+  run() {
+    throw new Error("the answer ran in the runtime");
+  }
+}
+
+/** An SSE response's `data` events, once it ended. */
+async function sseEvents(response) {
+  const text = await response.text();
+  return text
+    .split("\n\n")
+    .map((block) => block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n"))
+    .filter(Boolean)
+    .map((data) => JSON.parse(data));
+}
 
 const TIMEOUT = 10_000;
 const RESOLVED = "hub.interrupt_resolved";
@@ -153,6 +172,8 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
     assert.equal(won.length, 1, JSON.stringify(settled.map((s) => s.reason?.message ?? "ok")));
     const err = lost[0].reason;
     assert.ok(err instanceof InterruptResolvedError, String(err));
+    const loser = runs[settled.indexOf(lost[0])].seen;
+    assert.deepEqual(loser.map((e) => [e.type, e.code]), [["RUN_ERROR", "interrupt_resolved"]]);
     assert.equal(err.interruptId, `approve-${thread}`);
     const events = won[0].value;
     assert.deepEqual(
@@ -178,5 +199,51 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
     const late = recording(A.run({ threadId: thread, agent: local, input: input("ck-c", "late") }));
     const lateErr = await rejection(late.done);
     assert.ok(lateErr instanceof InterruptResolvedError, String(lateErr));
+  });
+
+  test("through two CopilotRuntime instances: a run request with resume is the hub's, first answer wins", async () => {
+    const thread = threadId("rt-ask");
+    const watcher = open(hub, thread);
+    await watcher.whenSynced();
+    await ask(watcher, thread);
+    const instance = () =>
+      createCopilotRuntimeHandler({
+        runtime: new CopilotRuntime({
+          agents: { default: new NotHere() },
+          runner: new AguiHubRunner({ url: hub.http, WebSocket, hubAgents: { default: "ask" } }),
+        }),
+        basePath: "/api",
+        activateChannels: false,
+      });
+    const body = (runId, payload) => ({
+      threadId: thread,
+      runId,
+      state: {},
+      messages: [],
+      tools: [],
+      context: [],
+      forwardedProps: {},
+      resume: [approve(thread, payload)],
+    });
+    const post = (handler, runId, payload) =>
+      handler(
+        new Request("http://runtime.test/api/agent/default/run", {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify(body(runId, payload)),
+        }),
+      );
+    const [one, two] = [instance(), instance()];
+    const streams = await Promise.all([post(one, "rt-1", "one"), post(two, "rt-2", "two")].map(async (r) => sseEvents(await r)));
+    const finished = streams.filter((events) => events.some((e) => e.type === "RUN_FINISHED"));
+    assert.equal(finished.length, 1, JSON.stringify(streams.map((events) => events.map((e) => e.type))));
+    const lost = streams.find((events) => !events.some((e) => e.type === "RUN_FINISHED"));
+    // The other browser is told, in its response: the hub's refusal as the stream's RUN_ERROR.
+    assert.deepEqual(lost.map((e) => [e.type, e.code]), [["RUN_ERROR", "interrupt_resolved"]]);
+    assert.match(lost[0].message, /already answered \(by someone at \d{4}-/);
+    const resumed = agents.inputs.filter((i) => i.threadId === thread && i.resume);
+    assert.equal(resumed.length, 1, "exactly one resume reached the agent");
+    const text = finished[0].find((e) => e.type === "TEXT_MESSAGE_CONTENT").delta;
+    assert.equal(text, `answered approve-${thread}=resolved:${JSON.stringify(resumed[0].resume[0].payload)}`);
   });
 });

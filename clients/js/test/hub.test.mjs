@@ -164,9 +164,11 @@ describe("a HubClient on a real hub", { skip: hubMissing() ?? false }, () => {
     });
     assert.deepEqual([stale.ok, stale.status, stale.code], [false, "conflict", "conflict"]);
     assert.equal(conflicts.length, 1);
+    // The error reply settles the edit; the repair snapshot follows it (the live delta may
+    // have converged the copy already, so wait for the snapshot itself).
+    await writer.waitFor((c) => c.snapshots.conflict === 1, { timeout: TIMEOUT });
     await assertConverged(writer, hub);
     assert.equal(writer.state.doc.title, "Theirs");
-    assert.equal(writer.snapshots.conflict, 1);
 
     // A whole new state, made against a position that has moved on, conflicts too.
     const base = writer.seq;

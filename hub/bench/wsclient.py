@@ -16,6 +16,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Callable
+from typing import cast
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
@@ -52,7 +53,7 @@ class RawConsumer(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self.transport = transport
         request = (
             f"GET {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"

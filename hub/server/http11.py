@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -146,7 +146,7 @@ class HttpConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self.transport = transport
         loop = asyncio.get_running_loop()
         # The front door read the head's first bytes already: it started then (about now).
@@ -435,7 +435,7 @@ def front_door(http: Callable[[], HttpConnection]) -> type[ServerConnection]:
         _timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            assert isinstance(transport, asyncio.Transport)
+            transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
             self._undecided = transport
             self._head = bytearray()
             self._timer = asyncio.get_running_loop().call_later(HEAD_TIMEOUT, transport.abort)

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import hiredis
 from redis._parsers.base import BaseParser
@@ -94,7 +94,7 @@ class _Protocol(asyncio.Protocol):
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:

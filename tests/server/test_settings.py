@@ -144,3 +144,25 @@ def test_thread_ttl_is_off_by_default_and_comes_from_every_layer(tmp_path: Path)
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ConfigError, match="thread-ttl must be a number of seconds, more"):
             parse(["serve"], {"AGUI_HUB_THREAD_TTL": bad})
+
+
+def test_the_node_runs_on_uvloop_by_default_and_on_asyncio_when_asked(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """``--loop auto`` (the default) takes uvloop, installed with agui-hub[server]; ``asyncio``
+    runs asyncio's own loop. Either serves a consumer the same (the whole suite runs on the
+    default)."""
+    uvloop_hub = start_hub()
+    asyncio_hub = start_hub("--loop", "asyncio")
+
+    async def serve(hub: HubProcess) -> None:
+        tab = await Client.open(f"{hub.ws}/v1/threads/loop-1")
+        await tab.recv_until(lambda e: is_custom(e, "hub.welcome"))
+        await Client.close_all()
+
+    for hub in (uvloop_hub, asyncio_hub):
+        asyncio.run(serve(hub))
+    assert "loop uvloop)" in uvloop_hub.log()
+    assert "loop asyncio)" in asyncio_hub.log()
+    args, _ = parse(["serve"], {"AGUI_HUB_LOOP": "asyncio"})
+    assert args.loop == "asyncio"

@@ -74,6 +74,54 @@ def ensure_installed() -> None:
         raise HarnessError(f"npm ci failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
+def _request(
+    events: list[dict[str, Any]],
+    initial_state: dict[str, Any] | None,
+    initial_messages: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    return {
+        "events": events,
+        "initialState": initial_state,
+        "initialMessages": initial_messages or [],
+    }
+
+
+def _verdict(result: Any) -> dict[str, Any]:
+    if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
+        raise HarnessError(f"unexpected verdict shape: {result!r}")
+    return result
+
+
+def _run_node(payload: str, timeout: float) -> Any:
+    """Run ``replay.mjs`` with ``payload`` on stdin; the one JSON line it prints, parsed."""
+    node = shutil.which("node")
+    if node is None:
+        raise HarnessError("node is not on PATH")
+    try:
+        proc = subprocess.run(
+            [node, str(REPLAY_SCRIPT)],
+            cwd=HERE,
+            input=payload,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise HarnessError(f"replay.mjs timed out after {timeout} s") from exc
+    if proc.returncode != 0:
+        raise HarnessError(
+            f"replay.mjs exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+        )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if len(lines) != 1:
+        raise HarnessError(f"expected one JSON line from replay.mjs, got: {proc.stdout!r}")
+    try:
+        return json.loads(lines[0])
+    except ValueError as exc:
+        raise HarnessError(f"replay.mjs printed invalid JSON: {lines[0]!r}") from exc
+
+
 def replay(
     events: list[dict[str, Any]],
     initial_state: dict[str, Any] | None = None,
@@ -85,39 +133,20 @@ def replay(
     :class:`HarnessError` if node fails for a reason other than the client
     rejecting the stream.
     """
-    node = shutil.which("node")
-    if node is None:
-        raise HarnessError("node is not on PATH")
-    payload = json.dumps(
-        {
-            "events": events,
-            "initialState": initial_state,
-            "initialMessages": initial_messages or [],
-        }
-    )
-    try:
-        proc = subprocess.run(
-            [node, str(REPLAY_SCRIPT)],
-            cwd=HERE,
-            input=payload,
-            capture_output=True,
-            text=True,
-            timeout=REPLAY_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise HarnessError(f"replay.mjs timed out after {REPLAY_TIMEOUT_S} s") from exc
-    if proc.returncode != 0:
-        raise HarnessError(
-            f"replay.mjs exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
-        )
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    if len(lines) != 1:
-        raise HarnessError(f"expected one JSON line from replay.mjs, got: {proc.stdout!r}")
-    try:
-        result: dict[str, Any] = json.loads(lines[0])
-    except ValueError as exc:
-        raise HarnessError(f"replay.mjs printed invalid JSON: {lines[0]!r}") from exc
-    if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
-        raise HarnessError(f"unexpected verdict shape: {result!r}")
-    return result
+    payload = json.dumps(_request(events, initial_state, initial_messages))
+    return _verdict(_run_node(payload, REPLAY_TIMEOUT_S))
+
+
+def replay_many(
+    streams: list[tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]] | None]],
+) -> list[dict[str, Any]]:
+    """:func:`replay` for many streams in one node process, each by a fresh agent:
+    ``(events, initial_state, initial_messages)`` each; their verdicts, in order."""
+    if not streams:
+        return []
+    payload = json.dumps({"batch": [_request(*stream) for stream in streams]})
+    output = _run_node(payload, REPLAY_TIMEOUT_S + 0.05 * len(streams))
+    results = output.get("results") if isinstance(output, dict) else None
+    if not isinstance(results, list) or len(results) != len(streams):
+        raise HarnessError(f"expected {len(streams)} verdicts, got: {output!r}")
+    return [_verdict(result) for result in results]

@@ -4,7 +4,8 @@
 // defaultApplyEvents) and reports what the agent object holds afterwards.
 //
 // stdin : {"events": [...], "initialState": {...}|null, "initialMessages": [...]}
-// stdout: one JSON line
+//         or {"batch": [<such requests>...]}: each replayed by its own agent, in order
+// stdout: one JSON line (for a batch: {"results": [<one verdict per request>]})
 //   {"ok": true,  "state": ..., "messages": [...], "newMessages": [...],
 //    "runErrors": [...], "warnings": [...]}
 //   {"ok": false, "error": "<message>", "runErrors": [...], "warnings": [...]}
@@ -83,8 +84,12 @@ try {
   process.stderr.write(`replay.mjs: stdin is not valid JSON: ${e.message}\n`);
   process.exit(2);
 }
-if (!request || typeof request !== "object" || !Array.isArray(request.events)) {
-  process.stderr.write('replay.mjs: stdin must be an object with an "events" array\n');
+const isRequest = (r) => r && typeof r === "object" && Array.isArray(r.events);
+const batch = request && Array.isArray(request.batch) ? request.batch : null;
+if (batch ? !batch.every(isRequest) : !isRequest(request)) {
+  process.stderr.write(
+    'replay.mjs: stdin must be an object with an "events" array, or a "batch" of them\n',
+  );
   process.exit(2);
 }
 
@@ -111,47 +116,61 @@ class ReplayAgent extends AbstractAgent {
   }
 }
 
-const agent = new ReplayAgent(
-  {
-    agentId: "agui-hub-replay",
-    threadId: request.threadId ?? "agui-hub-replay-thread",
-    initialState: request.initialState ?? undefined,
-    initialMessages: request.initialMessages ?? undefined,
-  },
-  request.events,
-);
+// One request replayed by a fresh agent: its verdict, with the warnings it caused.
+const replayOne = async (request) => {
+  warnings.length = 0;
+  const agent = new ReplayAgent(
+    {
+      agentId: "agui-hub-replay",
+      threadId: request.threadId ?? "agui-hub-replay-thread",
+      initialState: request.initialState ?? undefined,
+      initialMessages: request.initialMessages ?? undefined,
+    },
+    request.events,
+  );
 
-const runErrors = [];
-const subscriber = {
-  onRunErrorEvent: ({ event }) => {
-    runErrors.push(event.message);
-  },
+  const runErrors = [];
+  const subscriber = {
+    onRunErrorEvent: ({ event }) => {
+      runErrors.push(event.message);
+    },
+  };
+
+  const started = process.hrtime.bigint();
+  let verdict;
+  try {
+    const { newMessages } = await agent.runAgent({ runId: request.runId ?? undefined }, subscriber);
+    verdict = {
+      ok: true,
+      state: agent.state,
+      messages: agent.messages,
+      newMessages,
+    };
+  } catch (err) {
+    verdict = {
+      ok: false,
+      error: err instanceof Error ? err.message : String(err),
+    };
+  }
+  verdict.runErrors = runErrors;
+  verdict.warnings = [...warnings];
+  verdict.elapsedMs = Number(process.hrtime.bigint() - started) / 1e6;
+  return verdict;
 };
 
-const started = process.hrtime.bigint();
-let verdict;
-try {
-  const { newMessages } = await agent.runAgent({ runId: request.runId ?? undefined }, subscriber);
-  verdict = {
-    ok: true,
-    state: agent.state,
-    messages: agent.messages,
-    newMessages,
-  };
-} catch (err) {
-  verdict = {
-    ok: false,
-    error: err instanceof Error ? err.message : String(err),
-  };
+let output;
+if (batch) {
+  const results = [];
+  for (const one of batch) results.push(await replayOne(one));
+  output = { results };
+} else {
+  output = await replayOne(request);
 }
-verdict.runErrors = runErrors;
-verdict.warnings = warnings;
-verdict.elapsedMs = Number(process.hrtime.bigint() - started) / 1e6;
 
 if (networkAttempts.length > 0) {
   process.stderr.write(`replay.mjs: network access attempted: ${networkAttempts.join(", ")}\n`);
-  writeResult(verdict);
+  writeResult(output);
   process.exit(3);
 }
-writeResult(verdict);
+writeResult(output);
 process.exit(0);

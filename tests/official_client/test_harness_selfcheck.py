@@ -538,3 +538,34 @@ def test_replay_script_exits_nonzero_on_bad_input() -> None:
     )
     assert proc.returncode == 2
     assert proc.stdout == ""
+
+
+def test_a_batch_gives_each_stream_the_verdict_it_gets_alone() -> None:
+    """``replay_many`` runs many streams in one node process, each by its own agent: nothing
+    of one (state, messages, open items, warnings) leaks into the next."""
+    streams: list[tuple[list[Event], Any, Any]] = [
+        ([RUN_STARTED, *text_message("m1", "one"), RUN_FINISHED], None, None),
+        ([RUN_STARTED, {"type": "TEXT_MESSAGE_START", "messageId": "m2"}], None, None),
+        ([RUN_STARTED, {"type": "TEXT_MESSAGE_END", "messageId": "m2"}], None, None),
+        ([RUN_STARTED, RUN_FINISHED], {"kept": 1}, [{"id": "u", "role": "user", "content": "x"}]),
+        ([RUN_FINISHED], None, None),
+        (
+            [
+                RUN_STARTED,
+                {"type": "STATE_DELTA", "delta": [{"op": "remove", "path": "/nope"}]},
+                RUN_FINISHED,
+            ],
+            {},
+            None,
+        ),
+    ]
+    batch = harness.replay_many(streams)
+    alone = [harness.replay(*stream) for stream in streams]
+    keys = ("ok", "state", "messages", "error", "warnings", "runErrors")
+    assert [{k: v.get(k) for k in keys} for v in batch] == [
+        {k: v.get(k) for k in keys} for v in alone
+    ]
+    # the second leaves m2 open; the third cannot end it: its agent never saw it
+    assert [v["ok"] for v in batch] == [True, True, False, True, False, True]
+    assert batch[3]["state"] == {"kept": 1} and ids(batch[3]) == ["u"]
+    assert batch[5]["warnings"] and not batch[0]["warnings"] and not batch[3]["warnings"]

@@ -20,7 +20,7 @@ A fresh join is the same computation from an empty view, which yields the join p
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from .streaming import CHUNK_OF, STREAMING, Event, Streaming
 from .thread import Thread
@@ -42,14 +42,11 @@ CAUSES = (
 FORGETFUL_CAUSES = frozenset({"gap"})
 
 
-class Held(NamedTuple):
-    """A :class:`ConsumerView` as a value."""
-
-    epoch: str | None
-    seq: int
-    run_id: str | None
-    open: tuple[str, ...]
-    chunked: str | None
+#: A :class:`ConsumerView` as a value: ``(epoch, seq, run_id, open, chunked)``. A plain tuple,
+#: not a NamedTuple: one is kept with every retained live frame, and the cycle collector
+#: untracks an exact tuple of strings and ints once it has seen it (never a subclass), so
+#: the kept ones cost the collections nothing.
+Held = tuple[str | None, int, str | None, tuple[str, ...], str | None]
 
 
 class ConsumerView(Streaming[None]):
@@ -90,14 +87,14 @@ class ConsumerView(Streaming[None]):
 
     def snapshot(self) -> Held:
         """What this view holds, to hand to :meth:`take` (a value: later changes don't show)."""
-        return Held(self.epoch, self.seq, self.run_id, tuple(self.open), self.chunked)
+        return (self.epoch, self.seq, self.run_id, tuple(self.open), self.chunked)
 
     def take(self, held: Held) -> None:
         """Hold what ``held`` says: a consumer that was sent exactly the frames a view holding
         it followed. So a consumer's view is derived when a repair needs it, from the last
         frame it was sent, instead of following every event written to it."""
-        self.epoch, self.seq = held.epoch, held.seq
-        self.hold(held.run_id, held.open, held.chunked)
+        self.epoch, self.seq, run_id, open_, chunked = held
+        self.hold(run_id, open_, chunked)
         self.claimed = False
 
     def observe(self, event: Event) -> None:

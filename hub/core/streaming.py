@@ -46,6 +46,9 @@ STREAMING: dict[str, tuple[str, str | None, str, str]] = {
         "messageId",
     ),
     "tool": ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId"),
+    # a subagent's invocation (AG-UI 1.0): open from SUBAGENT_STARTED to SUBAGENT_FINISHED or
+    # SUBAGENT_ERROR, so a repair re-opens it for what it still sends
+    "subagent": ("SUBAGENT_STARTED", None, "SUBAGENT_FINISHED", "subagentRunId"),
 }
 BY_START = {spec[0]: kind for kind, spec in STREAMING.items()}
 BY_CONTENT = {spec[1]: kind for kind, spec in STREAMING.items() if spec[1]}
@@ -56,6 +59,20 @@ CHUNKS = {
     "REASONING_MESSAGE_CHUNK": ("reasoning", "messageId"),
     "TOOL_CALL_CHUNK": ("tool", "toolCallId"),
 }
+#: Events that do not end a chunk stream (as ``@ag-ui/client`` turns chunks into events): the
+#: chunks themselves, and what does not speak for the agent the chunks come from.
+KEEP_CHUNKED = frozenset(
+    {
+        *CHUNKS,
+        "RAW",
+        "ACTIVITY_SNAPSHOT",
+        "ACTIVITY_DELTA",
+        "REASONING_ENCRYPTED_VALUE",
+        "SUBAGENT_STARTED",
+        "SUBAGENT_FINISHED",
+        "SUBAGENT_ERROR",
+    }
+)
 #: Kind of item -> the chunk event that streams into it.
 CHUNK_OF = {kind: chunk for chunk, (kind, _) in CHUNKS.items()}
 
@@ -71,6 +88,7 @@ _ACTIONS: dict[str, tuple[int, str, str]] = {
     **{spec[0]: (_START, f"{kind}:", spec[3]) for kind, spec in STREAMING.items()},
     **{spec[2]: (_END, f"{kind}:", spec[3]) for kind, spec in STREAMING.items()},
     **{kind: (_CHUNK, f"{item}:", field) for kind, (item, field) in CHUNKS.items()},
+    "SUBAGENT_ERROR": (_END, "subagent:", "subagentRunId"),
     "RUN_STARTED": (_RUN_STARTED, "", "runId"),
     "RUN_FINISHED": (_RUN_ENDED, "", ""),
     "RUN_ERROR": (_RUN_ENDED, "", ""),
@@ -142,9 +160,10 @@ class Streaming(Generic[V]):
 
     def follow(self: Streaming[None], event: Event) -> None:
         """Follow one live event of the thread (one the hub's thread accepted)."""
-        spec = _ACTIONS.get(event.get("type", ""))
+        kind = event.get("type", "")
+        spec = _ACTIONS.get(kind)
         if spec is None:  # content, state, messages...: the most frequent case, made short
-            if self.chunked is not None:
+            if self.chunked is not None and kind not in KEEP_CHUNKED:
                 self.unchunk()
             return
         action, prefix, field = spec
@@ -154,7 +173,7 @@ class Streaming(Generic[V]):
                 self.chunk(f"{prefix}{item_id}", None)
             self.guessed = False
             return
-        if self.chunked is not None:
+        if self.chunked is not None and kind not in KEEP_CHUNKED:
             self.unchunk()
         if action == _START:
             self.open[f"{prefix}{event.get(field)}"] = None

@@ -22,6 +22,7 @@ from .streaming import (
     BY_END,
     BY_START,
     CHUNKS,
+    KEEP_CHUNKED,
     STREAMING,
     Event,
     Streaming,
@@ -239,7 +240,7 @@ class Thread:
         if handler is None and kind in BY_END:
             handler = self._end
         result: Event = handler(event) if handler is not None else event
-        if self.streaming.chunked is not None and kind not in CHUNKS:
+        if self.streaming.chunked is not None and kind not in KEEP_CHUNKED:
             self.streaming.unchunk()
         return result
 
@@ -264,6 +265,10 @@ class Thread:
         self.last_run_id = str(event.get("runId"))
         self.interrupts = []
         self.streaming.start_run(self.last_run_id)
+        given = event.get("input")
+        history = given.get("messages") if isinstance(given, dict) else None
+        if isinstance(history, list):
+            self.messages.add_history(history)
         return event
 
     def _on_run_finished(self, event: Event) -> Event:
@@ -327,13 +332,34 @@ class Thread:
                 raise InvalidSequence(
                     f"MESSAGES_SNAPSHOT changes the role of {message['id']!r} while it streams"
                 )
-        self.messages.replace_all(event["messages"], streaming=self.open)
+        self.messages.replace_all(
+            event["messages"], streaming=self.open, metadata=event.get("metadata")
+        )
         return event
 
     def _start(self, kind: str, event: Event) -> str:
         key = self._require_closed(kind, event[STREAMING[kind][3]])
-        self.streaming.start(key, event)
+        # Kept to be re-sent by repairs, without the producer's metadata: what it gave the
+        # message is in the message already, and re-sending it would undo later events'.
+        opener = {k: v for k, v in event.items() if k != "metadata"}
+        self.streaming.start(key, opener)
         return key
+
+    def _on_subagent_started(self, event: Event) -> Event:
+        if not event.get("subagentRunId"):
+            raise InvalidEvent("SUBAGENT_STARTED needs a subagentRunId")
+        self._start("subagent", event)
+        return event
+
+    def _on_subagent_error(self, event: Event) -> Event:
+        """A subagent's end, as SUBAGENT_FINISHED (its ``message`` says why)."""
+        key = self._require_open("subagent", str(event.get("subagentRunId")))
+        self.streaming.end(key)
+        return event
+
+    def _on_reasoning_encrypted_value(self, event: Event) -> Event:
+        self.messages.encrypted_value(event["subtype"], event["entityId"], event["encryptedValue"])
+        return event
 
     def _on_step_started(self, event: Event) -> Event:
         self._start("step", event)
@@ -351,14 +377,20 @@ class Thread:
 
     def _open_message(self, kind: str, event: Event, role: str) -> Event:
         self._require_closed(kind, event["messageId"])
-        self.messages.start_text(event["messageId"], role)
+        self.messages.start_text(
+            event["messageId"],
+            role,
+            event.get("name") if kind == "text" else None,
+            subagent=event.get("subagentRunId"),
+            event=event,
+        )
         self._start(kind, event)
         return event
 
     def _message_content(self, event: Event) -> Event:
         """TEXT_MESSAGE_CONTENT and REASONING_MESSAGE_CONTENT."""
         self._require_open(BY_CONTENT[event["type"]], event["messageId"])
-        self.messages.append_text(event["messageId"], event["delta"])
+        self.messages.append_text(event["messageId"], event["delta"], event)
         return event
 
     _on_text_message_content = _message_content
@@ -367,7 +399,12 @@ class Thread:
     def _end(self, event: Event) -> Event:
         """Every *_END / *_FINISHED of a streaming item: it must be open; it closes."""
         kind = BY_END[event["type"]]
-        self.streaming.end(self._require_open(kind, event[STREAMING[kind][3]]))
+        item_id = event[STREAMING[kind][3]]
+        self.streaming.end(self._require_open(kind, item_id))
+        if kind in ("text", "reasoning"):
+            self.messages.end_text(item_id, event)
+        elif kind == "tool":
+            self.messages.end_tool_call(item_id, event)
         return event
 
     def _message_chunk(self, event: Event) -> Event:
@@ -390,10 +427,20 @@ class Thread:
             start: Event = {"type": STREAMING[kind][0], "messageId": message_id}
             if kind == "text":
                 start["role"] = event.get("role") or "assistant"
-            self.messages.start_text(message_id, start.get("role", "reasoning"))
+                if event.get("name") is not None:
+                    start["name"] = event["name"]
+            if event.get("subagentRunId") is not None:
+                start["subagentRunId"] = event["subagentRunId"]
+            self.messages.start_text(
+                message_id,
+                start.get("role", "reasoning"),
+                start.get("name"),
+                subagent=start.get("subagentRunId"),
+                event=event,
+            )
             self.streaming.chunk(key, start)
-        if event.get("delta"):
-            self.messages.append_text(message_id, event["delta"])
+        # The client turns the chunk into a content event carrying its metadata.
+        self.messages.append_text(message_id, event.get("delta") or "", event)
         return event
 
     _on_text_message_chunk = _message_chunk
@@ -402,14 +449,18 @@ class Thread:
     def _on_tool_call_start(self, event: Event) -> Event:
         self._require_closed("tool", event["toolCallId"])
         self.messages.start_tool_call(
-            event["toolCallId"], event["toolCallName"], event.get("parentMessageId")
+            event["toolCallId"],
+            event["toolCallName"],
+            event.get("parentMessageId"),
+            subagent=event.get("subagentRunId"),
+            event=event,
         )
         self._start("tool", event)
         return event
 
     def _on_tool_call_args(self, event: Event) -> Event:
         self._require_open("tool", event["toolCallId"])
-        self.messages.append_tool_args(event["toolCallId"], event["delta"])
+        self.messages.append_tool_args(event["toolCallId"], event["delta"], event)
         return event
 
     def _on_tool_call_chunk(self, event: Event) -> Event:
@@ -430,26 +481,45 @@ class Thread:
             }
             if event.get("parentMessageId"):
                 start["parentMessageId"] = event["parentMessageId"]
+            if event.get("subagentRunId") is not None:
+                start["subagentRunId"] = event["subagentRunId"]
             self.messages.start_tool_call(
-                key[5:], event["toolCallName"], event.get("parentMessageId")
+                key[5:],
+                event["toolCallName"],
+                event.get("parentMessageId"),
+                subagent=event.get("subagentRunId"),
+                event=event,
             )
             self.streaming.chunk(key, start)
-        if event.get("delta"):
-            self.messages.append_tool_args(key[5:], event["delta"])
+        self.messages.append_tool_args(key[5:], event.get("delta") or "", event)
         return event
 
     def _on_tool_call_result(self, event: Event) -> Event:
-        self.messages.add_tool_result(event["messageId"], event["toolCallId"], event["content"])
+        self.messages.add_tool_result(
+            event["messageId"],
+            event["toolCallId"],
+            event["content"],
+            role=event.get("role"),
+            subagent=event.get("subagentRunId"),
+            event=event,
+        )
         return event
 
     def _on_activity_snapshot(self, event: Event) -> Event:
         self.messages.activity_snapshot(
-            event["messageId"], event["activityType"], event["content"], event.get("replace")
+            event["messageId"],
+            event["activityType"],
+            event["content"],
+            event.get("replace"),
+            subagent=event.get("subagentRunId"),
+            event=event,
         )
         return event
 
     def _on_activity_delta(self, event: Event) -> Event:
-        self.messages.activity_delta(event["messageId"], event["activityType"], event["patch"])
+        self.messages.activity_delta(
+            event["messageId"], event["activityType"], event["patch"], event
+        )
         return event
 
     # -- persistence ----------------------------------------------------------------------------

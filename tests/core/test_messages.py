@@ -89,16 +89,20 @@ def test_activity_snapshot_and_delta() -> None:
     }
 
 
-def test_a_failed_activity_delta_on_a_new_activity_adds_nothing() -> None:
+def test_an_activity_delta_on_an_id_nobody_holds_adds_nothing() -> None:
+    """As @ag-ui/client 1.0: a delta needs the activity its patch applies to."""
     log = MessageLog()
+    log.activity_delta("a2", "progress", [{"op": "remove", "path": "/missing"}])
+    log.activity_delta("a2", "progress", [{"op": "add", "path": "/pct", "value": 5}])
+    assert log.get("a2") is None and log.items == []
+    log.activity_snapshot("a2", "progress", {}, None)
     with pytest.raises(PatchFailed):
         log.activity_delta("a2", "progress", [{"op": "remove", "path": "/missing"}])
-    assert log.get("a2") is None and log.items == []
-    log.activity_delta("a2", "progress", [{"op": "add", "path": "/pct", "value": 5}])
+    log.activity_delta("a2", "done", [{"op": "add", "path": "/pct", "value": 5}])
     assert log.get("a2") == {
         "id": "a2",
         "role": "activity",
-        "activityType": "progress",
+        "activityType": "done",
         "content": {"pct": 5},
     }
 

@@ -1,0 +1,155 @@
+"""The hub's thread folds every AG-UI 1.0 event into its state and messages exactly as the
+official client (``@ag-ui/client`` 1.0, ``AbstractAgent.runAgent``) folds the same events:
+metadata, names, subagent tags, encrypted values, where a tool result goes, activities, a
+run's input messages, a snapshot's activity authority, and what does not end a chunk stream.
+Each case is published to a :class:`~hub.core.thread.Thread`; the official client replays
+what the thread sequenced, and both must hold the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from official_client import harness
+from server.test_official_client import without_positions
+from support import require
+
+from hub.core.thread import Thread
+
+T = "t"
+Event = dict[str, Any]
+
+
+def run(i: int) -> Event:
+    return {"type": "RUN_STARTED", "threadId": T, "runId": f"r{i}"}
+
+
+def finished(i: int, **more: Any) -> Event:
+    return {"type": "RUN_FINISHED", "threadId": T, "runId": f"r{i}", **more}
+
+
+def text(mid: str, delta: str, **more: Any) -> list[Event]:
+    return [
+        {"type": "TEXT_MESSAGE_START", "messageId": mid, **more},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": delta, **more},
+        {"type": "TEXT_MESSAGE_END", "messageId": mid, **more},
+    ]
+
+
+def call(cid: str, parent: str | None = None, **more: Any) -> list[Event]:
+    start: Event = {"type": "TOOL_CALL_START", "toolCallId": cid, "toolCallName": "f", **more}
+    if parent:
+        start["parentMessageId"] = parent
+    return [start, {"type": "TOOL_CALL_END", "toolCallId": cid, **more}]
+
+
+CASES: dict[str, list[Event]] = {
+    "metadata folds into the message and the tool call, the last write winning": [
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "metadata": {"a": 1}},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x", "metadata": {"b": 2}},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1", "metadata": {"a": 3}},
+        {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "f", "metadata": {"t": 1}}
+        | {"parentMessageId": "m1"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}", "metadata": {"t": 2}},
+        {"type": "TOOL_CALL_END", "toolCallId": "c1", "metadata": {"u": 1}},
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m2", "delta": "y", "metadata": {"c": 1}},
+        {"type": "TEXT_MESSAGE_CHUNK", "delta": "z", "metadata": {"d": 1}},
+    ],
+    "names": [
+        *text("m1", "", role="assistant", name="bob"),
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m2", "name": "al", "delta": "x"},
+    ],
+    "a tool result goes right after its call's message and the results before it": [
+        *call("c1", "a1"),
+        *text("m2", "later"),
+        {"type": "TOOL_CALL_RESULT", "messageId": "res1", "toolCallId": "c1", "content": "1"},
+        {"type": "TOOL_CALL_RESULT", "messageId": "res2", "toolCallId": "c1", "content": "2"},
+        {"type": "TOOL_CALL_RESULT", "messageId": "res3", "toolCallId": "cx", "content": "3"},
+    ],
+    "encrypted values land on the message or the tool call": [
+        *text("m1", "x"),
+        *call("c1", "m1"),
+        {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "message", "entityId": "m1"}
+        | {"encryptedValue": "E1"},
+        {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "tool-call", "entityId": "c1"}
+        | {"encryptedValue": "E2"},
+        {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "message", "entityId": "none"}
+        | {"encryptedValue": "E3"},
+    ],
+    "subagent tags on what a subagent creates": [
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "helper"},
+        *text("m1", "x", subagentRunId="s1"),
+        *call("c1", subagentRunId="s1"),
+        {"type": "TOOL_CALL_RESULT", "messageId": "res1", "toolCallId": "c1", "content": "ok"}
+        | {"subagentRunId": "s1"},
+        {"type": "REASONING_MESSAGE_START", "messageId": "rm", "role": "reasoning"}
+        | {"subagentRunId": "s1"},
+        {"type": "REASONING_MESSAGE_END", "messageId": "rm"},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "plan", "content": {}}
+        | {"subagentRunId": "s1"},
+        {"type": "SUBAGENT_FINISHED", "subagentRunId": "s1"},
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s2", "name": "other"},
+        {"type": "SUBAGENT_ERROR", "subagentRunId": "s2", "message": "failed"},
+    ],
+    "activities: a delta needs a held activity, replace keeps the rest, metadata stays": [
+        {"type": "ACTIVITY_DELTA", "messageId": "gone", "activityType": "plan"}
+        | {"patch": [{"op": "add", "path": "/a", "value": 1}]},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "plan"}
+        | {"content": {"a": 1}, "metadata": {"k": 1}},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "p2", "content": {}},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "p3", "content": {}}
+        | {"replace": False},
+        {"type": "ACTIVITY_DELTA", "messageId": "act", "activityType": "p4"}
+        | {"patch": [{"op": "add", "path": "/b", "value": 1}]},
+        *text("m1", "x"),
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "m1", "activityType": "p5", "content": {}}
+        | {"replace": False},
+    ],
+    "a snapshot that owns some activity types drops only those": [
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "a1", "activityType": "plan", "content": {}},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "a2", "activityType": "other", "content": {}},
+        {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u1", "role": "user", "content": "x"}]}
+        | {"metadata": {"@ag-ui/client": {"authoritativeActivityTypes": ["plan"]}}},
+    ],
+    "a snapshot that owns every activity type drops them all": [
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "a1", "activityType": "plan", "content": {}},
+        {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u1", "role": "user", "content": "x"}]}
+        | {"metadata": {"@ag-ui/client": {"authoritativeActivityTypes": None}}},
+        {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u2", "role": "user", "content": "y"}]}
+        | {"metadata": {"@ag-ui/client": {"authoritativeActivityTypes": 7}}},
+    ],
+    "events that do not end a chunk stream": [
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "a"},
+        {"type": "RAW", "event": {"x": 1}},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "a1", "activityType": "plan", "content": {}},
+        {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "message", "entityId": "m1"}
+        | {"encryptedValue": "E"},
+        {"type": "TEXT_MESSAGE_CHUNK", "delta": "b"},
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_thread_folds_as_the_official_client(name: str) -> None:
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    thread = Thread(T, "e")
+    input_messages = [{"id": "u0", "role": "user", "content": "hi"}]
+    started = run(1) | {
+        "input": {"threadId": T, "runId": "r1", "state": {}, "messages": input_messages}
+        | {"tools": [], "context": [], "forwardedProps": {}}
+    }
+    usage = [{"inputTokens": 1, "outputTokens": 2}]
+    ending = finished(1, outcome={"type": "success"}, usage=usage, result={"r": 1})
+    stream: list[Event] = []
+    for event in [started, *CASES[name], ending]:
+        outcome = thread.publish(event)
+        assert outcome.error is None, (event, outcome.error)
+        stream += outcome.events
+    verdict = harness.replay(stream)
+    assert verdict["ok"], verdict.get("error")
+    view = thread.view()
+    assert verdict["state"] == view["state"]
+    assert without_positions(verdict["messages"]) == view["messages"]
+    if not any(e["type"] == "MESSAGES_SNAPSHOT" for e in CASES[name]):  # the input's history
+        assert view["messages"][0] == {"id": "u0", "role": "user", "content": "hi"}

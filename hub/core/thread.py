@@ -261,7 +261,10 @@ class Thread:
             raise InvalidEvent("RUN_STARTED.threadId does not name this thread")
         if self.run is not None:
             raise InvalidSequence(f"run {self.run_id!r} is still open")
-        self.run = event
+        # Kept to open the run again for a joiner (a repair re-sends it), without its input:
+        # the messages it carries are in the thread's already, where they landed, and a
+        # client appends them again ahead of the join's MESSAGES_SNAPSHOT, out of place.
+        self.run = {k: v for k, v in event.items() if k != "input"}
         self.last_run_id = str(event.get("runId"))
         self.interrupts = []
         self.streaming.start_run(self.last_run_id)

@@ -69,7 +69,10 @@ console.error = (...args) => warnings.push(fmt(args));
 console.log = (...args) => warnings.push(fmt(args)); // keep stdout for the verdict only
 console.info = console.debug = () => {};
 
-const writeResult = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
+// Written, then exit once the pipe took it all: process.exit() right after a large write to a
+// pipe would cut the line (a batch's verdicts run to megabytes).
+const writeResultAndExit = (obj, code) =>
+  process.stdout.write(JSON.stringify(obj) + "\n", () => process.exit(code));
 
 const readStdin = async () => {
   const chunks = [];
@@ -169,8 +172,7 @@ if (batch) {
 
 if (networkAttempts.length > 0) {
   process.stderr.write(`replay.mjs: network access attempted: ${networkAttempts.join(", ")}\n`);
-  writeResult(output);
-  process.exit(3);
+  writeResultAndExit(output, 3);
+} else {
+  writeResultAndExit(output, 0);
 }
-writeResult(output);
-process.exit(0);

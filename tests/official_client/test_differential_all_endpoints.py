@@ -1,0 +1,478 @@
+"""Differential test (issue 20, 3): random AG-UI 1.0 event sequences, published to a real hub
+by an agent, watched by consumers that join at random positions over every endpoint (the
+WebSocket consumer endpoint, SSE ``GET /v1/threads/{id}/events``, and AG-UI ``connect``), fresh
+joins and consumers that stay joined across the later positions. Every stream a consumer gets,
+fed to the official client (``@ag-ui/client`` 1.0 ``runAgent``: verifyEvents and the default
+reducer), must be accepted and end holding exactly the hub's own view of the thread (``GET
+/v1/threads/{id}``) at the position the stream reached.
+
+What the generator leaves out, and why:
+
+- a MESSAGES_SNAPSHOT that omits a message still streaming: the client drops it (later content
+  goes nowhere) while the hub keeps it, because a joiner's repair re-opens the item and its
+  start would re-create the message; matching the client needs sync_frames
+  (hub/core/consumer.py) to stop re-opening what no message holds;
+- TOOL_CALL_RESULT with a message id already held: the client holds that id twice; the hub's
+  messages are keyed by id;
+- chunk streams of a subagent beside the parent's (``subagentRunId`` on chunks, or a tagged
+  event while the parent's chunk stream is open): the client keeps one chunk lane per
+  subagent, the hub one chunked item per thread;
+- events between runs: AG-UI 1.0's verifyEvents allows none but RUN_STARTED (and a RUN_ERROR
+  right after RUN_FINISHED, which connect's history run does not carry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from ci_rule import under_ci
+from official_client import harness
+from server.test_connect import Connect
+from server.test_official_client import agui_only, without_positions
+from support import Client, HubProcess, SseReader, is_custom, seq_of
+
+if under_ci() and not harness.node_available():  # .ci/run installs node
+    raise RuntimeError("node is not installed, and CI must run the official-client tests")
+pytestmark = pytest.mark.skipif(
+    not harness.node_available(), reason="node is not installed (the official client runs on it)"
+)
+
+Event = dict[str, Any]
+THREADS = 14  # random sequences, each on its own thread
+#: The first seed (AGUI_DIFF_SEED=N explores other sequences; a failure names its seed).
+FIRST_SEED = int(os.environ.get("AGUI_DIFF_SEED", "1"))
+CUTS = 3  # positions at which fresh consumers join, per thread and endpoint
+TIMEOUT = 10.0
+
+
+class Generator:
+    """One random AG-UI 1.0 sequence of a few runs, valid for the official client watching
+    from the start; ``failing`` holds the indices of the deltas that do not apply (the hub
+    refuses them, and nobody sees them)."""
+
+    def __init__(self, rng: random.Random, thread: str) -> None:
+        self.rng, self.thread = rng, thread
+        self.events: list[Event] = []
+        self.failing: set[int] = set()
+        self.n = 0
+        self.state: dict[str, Any] = {"items": []}
+        self.messages: list[str] = []  # ids of messages held, as the hub holds them
+        self.activities: list[str] = []
+        self.calls: list[str] = []
+        self.open: dict[str, str] = {}  # key -> kind, in the order they opened
+        self.chunk: str | None = None  # the key a chunk stream streams into
+
+    def fresh(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def add(self, event: Event, *, closes_chunk: bool = True) -> None:
+        if closes_chunk and self.chunk is not None:
+            self.open.pop(self.chunk, None)
+            self.chunk = None
+        if self.rng.random() < 0.15 and event["type"] not in ("RUN_STARTED", "RUN_FINISHED"):
+            event["metadata"] = {"k": self.rng.randint(0, 3), event["type"][:4]: True}
+        self.events.append(event)
+
+    def run(self, index: int) -> None:
+        rng = self.rng
+        run_id = f"r{index}"
+        started: Event = {"type": "RUN_STARTED", "threadId": self.thread, "runId": run_id}
+        if rng.random() < 0.3:
+            history = {"id": self.fresh("u"), "role": "user", "content": "question"}
+            self.messages.append(history["id"])
+            started["input"] = {
+                "threadId": self.thread,
+                "runId": run_id,
+                "state": {},
+                "messages": [history],
+                "tools": [],
+                "context": [],
+                "forwardedProps": {},
+            }
+        self.add(started)
+        if index == 1:
+            self.add({"type": "STATE_SNAPSHOT", "snapshot": {"items": []}})
+        for _ in range(rng.randint(4, 16)):
+            rng.choice(self.actions)()
+        for key in [k for k in reversed(self.open) if k != self.chunk]:
+            self.end(key)
+        if rng.random() < 0.15:
+            self.add({"type": "RUN_ERROR", "message": "failed", "code": "E"})
+        else:
+            usage = [{"inputTokens": 3, "outputTokens": 5}]
+            outcome = rng.choice([{"type": "success"}, None])
+            finished: Event = {"type": "RUN_FINISHED", "threadId": self.thread, "runId": run_id}
+            if outcome is not None:
+                finished |= {"outcome": outcome, "usage": usage}
+            self.add(finished)
+        self.open.clear()
+        self.chunk = None
+
+    def end(self, key: str) -> None:
+        kind, item = key.split(":", 1)
+        ends = {
+            "text": ("TEXT_MESSAGE_END", "messageId"),
+            "reasoning": ("REASONING_MESSAGE_END", "messageId"),
+            "phase": ("REASONING_END", "messageId"),
+            "tool": ("TOOL_CALL_END", "toolCallId"),
+            "step": ("STEP_FINISHED", "stepName"),
+            "subagent": ("SUBAGENT_FINISHED", "subagentRunId"),
+        }
+        kind_type, field = ends[kind]
+        if kind == "subagent" and self.rng.random() < 0.3:
+            kind_type = "SUBAGENT_ERROR"
+        event = {"type": kind_type, field: item}
+        if kind_type == "SUBAGENT_ERROR":
+            event["message"] = "gave up"
+        self.add(event)
+        self.open.pop(key, None)
+
+    @property
+    def actions(self) -> list[Any]:
+        return [
+            self.open_text,
+            self.open_text,
+            self.content,
+            self.content,
+            self.end_one,
+            self.end_one,
+            self.open_call,
+            self.open_reasoning,
+            self.open_step,
+            self.open_subagent,
+            self.chunked,
+            self.chunked,
+            self.state_event,
+            self.state_event,
+            self.activity,
+            self.tool_result,
+            self.passive,
+            self.messages_snapshot,
+        ]
+
+    def open_text(self) -> None:
+        mid = self.fresh("m")
+        event: Event = {"type": "TEXT_MESSAGE_START", "messageId": mid, "role": "assistant"}
+        if self.rng.random() < 0.2:
+            event["name"] = "writer"
+        self.add(event)
+        self.open[f"text:{mid}"] = "text"
+        self.messages.append(mid)
+
+    def open_reasoning(self) -> None:
+        mid = self.fresh("rm")
+        if self.rng.random() < 0.5:
+            self.add({"type": "REASONING_START", "messageId": self.fresh("ph")})
+            self.open[f"phase:{self.events[-1]['messageId']}"] = "phase"
+        self.add({"type": "REASONING_MESSAGE_START", "messageId": mid, "role": "reasoning"})
+        self.open[f"reasoning:{mid}"] = "reasoning"
+        self.messages.append(mid)
+
+    def open_call(self) -> None:
+        cid = self.fresh("c")
+        event: Event = {"type": "TOOL_CALL_START", "toolCallId": cid, "toolCallName": "search"}
+        if self.messages and self.rng.random() < 0.6:
+            event["parentMessageId"] = self.rng.choice(self.messages)
+        self.add(event)
+        self.open[f"tool:{cid}"] = "tool"
+        self.calls.append(cid)
+        self.messages.append(cid)  # may name the message made for it: ids never collide
+
+    def open_step(self) -> None:
+        name = self.fresh("step")
+        self.add({"type": "STEP_STARTED", "stepName": name})
+        self.open[f"step:{name}"] = "step"
+
+    def open_subagent(self) -> None:
+        sid = self.fresh("s")
+        self.add({"type": "SUBAGENT_STARTED", "subagentRunId": sid, "name": "helper"})
+        self.open[f"subagent:{sid}"] = "subagent"
+        if self.chunk is None and self.rng.random() < 0.7:  # tagged: only with no chunk stream
+            mid = self.fresh("m")
+            self.add({"type": "TEXT_MESSAGE_START", "messageId": mid, "subagentRunId": sid})
+            self.add({"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": "sub "})
+            self.add({"type": "TEXT_MESSAGE_END", "messageId": mid, "subagentRunId": sid})
+            self.messages.append(mid)
+
+    def content(self) -> None:
+        streams = [k for k in self.open if k.split(":")[0] in ("text", "reasoning", "tool")]
+        if not streams:
+            return self.open_text()
+        key = self.rng.choice(streams)
+        kind, item = key.split(":", 1)
+        if key == self.chunk:
+            chunk_type = {"text": "TEXT_MESSAGE_CHUNK", "reasoning": "REASONING_MESSAGE_CHUNK"}
+            chunk: Event = {"type": chunk_type.get(kind, "TOOL_CALL_CHUNK"), "delta": "more "}
+            self.add(chunk, closes_chunk=False)
+            return None
+        content_type = {"text": "TEXT_MESSAGE_CONTENT", "reasoning": "REASONING_MESSAGE_CONTENT"}
+        field = "toolCallId" if kind == "tool" else "messageId"
+        delta = '{"q": 1}' if kind == "tool" else self.rng.choice(["Hello ", "world. ", "ü "])
+        self.add({"type": content_type.get(kind, "TOOL_CALL_ARGS"), field: item, "delta": delta})
+        return None
+
+    def end_one(self) -> None:
+        keys = [k for k in self.open if k != self.chunk]
+        if keys:
+            self.end(self.rng.choice(keys))
+
+    def chunked(self) -> None:
+        rng = self.rng
+        kind = rng.choice(["text", "text", "reasoning", "tool"])
+        if self.chunk is not None and self.chunk.startswith(f"{kind}:") and rng.random() < 0.5:
+            self.content()  # continue the open chunk stream
+            return
+        if kind == "tool":
+            cid = self.fresh("c")
+            event: Event = {"type": "TOOL_CALL_CHUNK", "toolCallId": cid, "toolCallName": "f"}
+            event["delta"] = '{"a": '
+            self.calls.append(cid)
+            self.messages.append(cid)
+            key = f"tool:{cid}"
+        else:
+            mid = self.fresh("m" if kind == "text" else "rm")
+            chunk_type = "TEXT_MESSAGE_CHUNK" if kind == "text" else "REASONING_MESSAGE_CHUNK"
+            event = {"type": chunk_type, "messageId": mid, "delta": "chunk "}
+            self.messages.append(mid)
+            key = f"{kind}:{mid}"
+        if self.chunk is not None:
+            self.open.pop(self.chunk, None)
+        self.add(event, closes_chunk=False)
+        self.open[key] = kind
+        self.chunk = key
+
+    def state_event(self) -> None:
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.2:
+            self.state = {"items": [rng.randint(0, 9)], "title": f"v{self.n}"}
+            self.add({"type": "STATE_SNAPSHOT", "snapshot": dict(self.state)})
+        elif roll < 0.35:  # well formed, does not apply: refused, seen by nobody
+            self.failing.add(len(self.events))
+            self.add({"type": "STATE_DELTA", "delta": [{"op": "remove", "path": "/nowhere"}]})
+        else:
+            value = rng.randint(0, 99)
+            self.state["items"].append(value)
+            self.add({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/items/-"}]})
+            self.events[-1]["delta"][0]["value"] = value
+
+    def activity(self) -> None:
+        rng = self.rng
+        if self.activities and rng.random() < 0.6:
+            aid = rng.choice(self.activities)
+            if rng.random() < 0.25:  # does not apply: refused
+                self.failing.add(len(self.events))
+                patch = [{"op": "replace", "path": "/missing/x", "value": 1}]
+            else:
+                patch = [{"op": "add", "path": f"/n{self.n}", "value": rng.randint(0, 9)}]
+            event = {"type": "ACTIVITY_DELTA", "messageId": aid, "activityType": "plan"}
+            self.add(event | {"patch": patch}, closes_chunk=False)
+            self.n += 1
+            return
+        aid = self.fresh("a")
+        event = {"type": "ACTIVITY_SNAPSHOT", "messageId": aid, "activityType": "plan"}
+        event |= {"content": {"steps": [1]}}
+        if rng.random() < 0.3:
+            event["replace"] = rng.random() < 0.5
+        self.add(event, closes_chunk=False)
+        self.activities.append(aid)
+        self.messages.append(aid)
+
+    def tool_result(self) -> None:
+        if not self.calls:
+            return self.open_call()
+        cid = self.rng.choice(self.calls)
+        mid = self.fresh("res")
+        self.add({"type": "TOOL_CALL_RESULT", "messageId": mid, "toolCallId": cid, "content": "ok"})
+        self.messages.append(mid)
+        return None
+
+    def passive(self) -> None:
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.3:
+            self.add({"type": "RAW", "event": {"vendor": "x"}}, closes_chunk=False)
+        elif roll < 0.6:
+            self.add({"type": "CUSTOM", "name": "progress", "value": {"pct": self.n}})
+        elif self.messages or self.calls:
+            entity = rng.choice([*self.messages, *self.calls])
+            subtype = "tool-call" if entity in self.calls else "message"
+            event = {"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": entity}
+            self.add(event | {"encryptedValue": f"enc{self.n}"}, closes_chunk=False)
+
+    def messages_snapshot(self) -> None:
+        """A producer's snapshot: some of the held messages (never one still streaming, see
+        the module's docstring) and a new user message."""
+        rng = self.rng
+        streaming = {k.split(":", 1)[1] for k in self.open if k.split(":")[0] != "step"}
+        if streaming:  # its content is not known here: let the hub's join test this case
+            return
+        uid = self.fresh("u")
+        snapshot: Event = {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [{"id": uid, "role": "user", "content": "edited"}],
+        }
+        if rng.random() < 0.3:
+            types = rng.choice([None, ["plan"], ["other"]])
+            snapshot["metadata"] = {"@ag-ui/client": {"authoritativeActivityTypes": types}}
+            if types != ["other"]:  # it owns the "plan" activities: they are gone
+                self.activities.clear()
+        self.add(snapshot)
+        # what the hub holds after it is not followed here: later events name ids that may be
+        # gone, which the client and the hub both take as "nothing to continue"
+        self.messages.append(uid)
+
+
+def sequence(seed: int, thread: str) -> Generator:
+    generator = Generator(random.Random(seed), thread)
+    for index in range(1, generator.rng.randint(2, 4)):
+        generator.run(index)
+    return generator
+
+
+@pytest.fixture(scope="module")
+def shared_hub() -> Iterator[HubProcess]:
+    harness.ensure_installed()
+    hub = HubProcess().start()
+    yield hub
+    hub.stop()
+
+
+class Watch:
+    """One consumer's stream: a WebSocket, an SSE stream or a connect, read until done."""
+
+    def __init__(self, kind: str, joined_at: int) -> None:
+        self.kind, self.joined_at = kind, joined_at
+        self.events: list[Event] = []
+        self.task: asyncio.Task[None] | None = None
+
+
+async def open_ws(hub: HubProcess, thread: str, at: int, last: int) -> Watch:
+    watch = Watch("ws", at)
+    client = await Client.open(f"{hub.ws}/v1/threads/{thread}")
+    await client.recv_until(lambda e: is_custom(e, "hub.welcome"))
+
+    async def read() -> None:
+        await client.recv_until(lambda e: seq_of(e) == last, timeout=TIMEOUT)
+        watch.events = list(client.received)
+        await client.close()
+
+    watch.task = asyncio.create_task(read())
+    return watch
+
+
+async def open_sse(hub: HubProcess, thread: str, at: int, last: int) -> Watch:
+    watch = Watch("sse", at)
+    ready = asyncio.Event()
+
+    async def read() -> None:
+        async with (
+            httpx.AsyncClient(base_url=hub.http, timeout=TIMEOUT, trust_env=False) as http,
+            http.stream("GET", f"/v1/threads/{thread}/events") as response,
+        ):
+            reader = SseReader(response)
+            await reader.next()  # the welcome: attached
+            ready.set()
+            await reader.until(lambda e: seq_of(e) == last)
+            watch.events = reader.events
+
+    watch.task = asyncio.create_task(read())
+    await asyncio.wait_for(ready.wait(), TIMEOUT)
+    return watch
+
+
+async def open_connect(hub: HubProcess, thread: str, at: int) -> Watch:
+    watch = Watch("connect", at)
+    connect = Connect(hub, thread)
+
+    async def read() -> None:
+        await connect.read()
+        watch.events = connect.events
+
+    watch.task = asyncio.create_task(read())
+    await asyncio.wait_for(connect.first.wait(), TIMEOUT)
+    return watch
+
+
+async def exercise(hub: HubProcess, seed: int) -> tuple[list[Watch], dict[int, Event], int]:
+    """Publish one random sequence, consumers joining at random cuts; their streams, the hub's
+    view after every segment (by seq), and the last seq."""
+    thread = f"diff-{seed}"
+    generator = sequence(seed, thread)
+    events = generator.events
+    rng = random.Random(seed * 7919)
+    ends = {i + 1 for i, e in enumerate(events) if e["type"] in ("RUN_FINISHED", "RUN_ERROR")}
+    cuts = sorted({rng.randint(1, len(events) - 1) for _ in range(CUTS)})
+    last = len(events) - len(generator.failing)
+    agent = await Client.open(f"{hub.ws}/v1/threads/{thread}/agent")
+    await agent.recv()
+    watches = [await open_ws(hub, thread, 0, last)]  # from the very start, stays to the end
+    views: dict[int, Event] = {}
+    sent = 0
+    for bound in sorted({*cuts, *ends, len(events)}):
+        for event in events[sent:bound]:
+            await agent.send(event)
+        sent = bound
+        await agent.recv_until(
+            lambda e, n=bound: is_custom(e, "hub.ack") and e["value"]["count"] == n
+        )
+        view = hub.thread(thread)
+        views[view["seq"]] = view
+        if bound in cuts:
+            watches.append(await open_ws(hub, thread, bound, last))
+            watches.append(await open_sse(hub, thread, bound, last))
+            watches.append(await open_connect(hub, thread, bound))
+    errors = {e["value"].get("frame") for e in agent.received if is_custom(e, "hub.error")}
+    assert errors == {i + 1 for i in generator.failing}, (seed, errors, generator.failing)
+    await asyncio.gather(*(w.task for w in watches if w.task is not None))
+    await agent.close()
+    return watches, views, last
+
+
+def judged_input(watch: Watch) -> tuple[list[Event], Any, Any, int]:
+    """The stream as the official client gets it (a join between runs: its snapshots are the
+    agent's initial state and messages), and the seq it reached."""
+    stream = [e for e in agui_only(watch.events) if e["type"] != "CUSTOM" or seq_of(e)]
+    if watch.kind != "connect":
+        stream = [e for e in stream if seq_of(e) is not None]
+    reached = max((s for e in stream if (s := seq_of(e)) is not None), default=0)
+    state, messages = None, None
+    if stream and stream[0]["type"] == "STATE_SNAPSHOT":
+        state, messages = stream[0]["snapshot"], stream[1]["messages"]
+        stream = stream[2:]
+    return stream, state, messages, reached
+
+
+async def test_random_sequences_judged_by_the_official_client_on_every_endpoint(
+    shared_hub: HubProcess,
+) -> None:
+    seeds = range(FIRST_SEED, FIRST_SEED + THREADS)
+    runs = await asyncio.gather(*(exercise(shared_hub, seed) for seed in seeds))
+    cases: list[tuple[int, Watch, Event]] = []
+    streams: list[tuple[list[Event], Any, Any]] = []
+    for seed, (watches, views, last) in zip(seeds, runs, strict=True):
+        assert views[last]["run"] is None
+        for watch in watches:
+            stream, state, messages, reached = judged_input(watch)
+            if watch.kind == "connect":
+                assert stream[0]["type"] == "RUN_STARTED", (seed, watch.joined_at)
+                assert stream[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR"), (seed, stream[-1])
+            else:
+                assert reached == last, (seed, watch.kind, reached, last)
+            cases.append((seed, watch, views[reached]))
+            streams.append((stream, state, messages))
+    kinds = {watch.kind for _, watch, _ in cases}
+    assert kinds == {"ws", "sse", "connect"} and len(cases) >= THREADS * (1 + 3)
+    verdicts = harness.replay_many(streams)
+    for (seed, watch, view), verdict, stream in zip(cases, verdicts, streams, strict=True):
+        where = (seed, watch.kind, watch.joined_at)
+        assert verdict["ok"], (where, verdict.get("error"), [e["type"] for e in stream[0]])
+        assert verdict["state"] == view["state"], where
+        assert without_positions(verdict["messages"]) == view["messages"], where

@@ -153,3 +153,28 @@ def test_the_thread_folds_as_the_official_client(name: str) -> None:
     assert without_positions(verdict["messages"]) == view["messages"]
     if not any(e["type"] == "MESSAGES_SNAPSHOT" for e in CASES[name]):  # the input's history
         assert view["messages"][0] == {"id": "u0", "role": "user", "content": "hi"}
+
+
+def test_a_joiner_inside_a_run_with_input_messages_holds_them_where_the_thread_does() -> None:
+    """The join re-sends the run's RUN_STARTED without its input: the client would append
+    the input's messages ahead of the join's MESSAGES_SNAPSHOT, out of their place."""
+    from hub.core.consumer import ConsumerView, sync_frames
+
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    thread = Thread(T, "e")
+    first = [run(1), *text("m1", "before"), finished(1)]
+    history = [{"id": "u2", "role": "user", "content": "next question"}]
+    started = run(2) | {"input": {"threadId": T, "runId": "r2", "state": {}, "messages": history}}
+    started["input"] |= {"tools": [], "context": [], "forwardedProps": {}}
+    for event in [*first, started, {"type": "TEXT_MESSAGE_START", "messageId": "m3"}]:
+        assert thread.publish(event).error is None
+    join = sync_frames(thread, ConsumerView())
+    assert join[0]["type"] == "RUN_STARTED" and "input" not in join[0]
+    rest: list[Event] = []
+    for event in [*text("m3", "answer")[1:], finished(2)]:
+        rest += thread.publish(event).events
+    verdict = harness.replay([*join, *rest])
+    assert verdict["ok"], verdict.get("error")
+    assert [m["id"] for m in thread.view()["messages"]] == ["m1", "u2", "m3"]
+    assert without_positions(verdict["messages"]) == thread.view()["messages"]

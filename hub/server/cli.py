@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -33,6 +32,7 @@ from hub.limits import Limits
 from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 from hub.server import logs, settings
+from hub.server.collector import Collector
 from hub.server.config import AgentTarget, Config, StartupError
 from hub.server.settings import count, port, seconds, store_url
 from hub.wire.control import RUN_POLICIES
@@ -572,30 +572,13 @@ def loop_name() -> str:
     return "uvloop" if module.startswith("uvloop") else "asyncio"
 
 
-#: Allocations (of container objects, less deallocations) between two young collections.
-GC_YOUNG = 50_000
-
-
-def tune_gc() -> None:
-    """Python's cycle collector, set for a server that holds many long-lived objects (every
-    loaded thread's state, log and frames) and allocates a few short-lived ones per event:
-    with the default thresholds (700, 10, 10) it ran so often that it took a third of the CPU
-    of the node that takes the agents' events (py-spy, many rooms). What exists once the
-    node is up is frozen (never scanned again), and young collections run every ``GC_YOUNG``
-    allocations; older generations keep their default ratios."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG, older, oldest)
-
-
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     """Run one node until SIGTERM/SIGINT, then drain gracefully."""
     from hub.server.app import HubServer
 
     server = await HubServer.create(config)
     await server.start()
-    tune_gc()
+    Collector().install()  # short collector pauses (hub/server/collector.py)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

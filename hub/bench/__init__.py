@@ -11,7 +11,9 @@ they started by PID, also on error. ``--quick`` shrinks every size for a smoke r
 
 ``python -m hub.bench cluster`` measures two nodes sharing one Redis instead: see
 :mod:`hub.bench.cluster_report`; ``python -m hub.bench chaos`` breaks three of them on a
-schedule under load: see :mod:`hub.bench.chaos`.
+schedule under load: see :mod:`hub.bench.chaos`; ``python -m hub.bench upstream`` streams an
+agent the hub runs over AG-UI's HTTP binding into one thread, beside the same events on an
+agent connection: see :mod:`hub.bench.upstream`.
 """
 
 from __future__ import annotations
@@ -282,6 +284,10 @@ def cli(argv: Sequence[str] | None = None) -> int:
         from hub.bench import chaos
 
         return chaos.cli(args_list[1:])
+    if args_list[:1] == ["upstream"]:
+        from hub.bench import upstream
+
+        return upstream.cli(args_list[1:])
     if args_list[:1] == ["receipts"]:
         from hub.bench.receipts import main as receipts_bench
 
@@ -290,7 +296,9 @@ def cli(argv: Sequence[str] | None = None) -> int:
         prog="python -m hub.bench",
         description=__doc__,
         epilog="python -m hub.bench cluster [--quick] ...: two nodes on Redis (see --help there); "
-        "python -m hub.bench chaos [--quick]: faults on a schedule under load",
+        "python -m hub.bench chaos [--quick]: faults on a schedule under load; "
+        "python -m hub.bench upstream [--events N]: an agent the hub runs over HTTP beside an "
+        "agent connection",
     )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--consumers", type=int, help="consumers for figures 2-4")

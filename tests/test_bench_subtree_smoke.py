@@ -1,0 +1,36 @@
+"""`python -m hub.bench.subtree` runs end to end on a node of its own and prints, for whole-state
+and one-panel consumers in one run, what the consumers received per event and what the node
+spent: the filtered joins carry one panel, not the state."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+
+def test_the_subtree_figures_come_from_a_real_run() -> None:
+    args = ["--consumers", "20", "--panels", "4", "--state-kb", "200", "--seconds", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "hub.bench.subtree", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {
+        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:4]]
+        for line in done.stdout.splitlines()
+        if line.startswith("| ") and "---" not in line
+    }
+
+    def number(cell: str) -> float:
+        return float(re.sub(r"[^0-9.]", "", cell))
+
+    full, part = map(number, rows["bytes of the joins (all consumers)"])
+    assert full > 150_000 * 20, rows  # every full consumer got the whole state once
+    assert part < full / 3, rows  # a panel each: a quarter of it, and the envelope
+    assert [number(c) for c in rows["frames per event"]] == [20, 20], rows
+    for cell in rows["node CPU per event"]:
+        assert 0 < number(cell) < 1_000_000, rows

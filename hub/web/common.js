@@ -56,22 +56,52 @@ export function keepThreadInLinks() {
   }
 }
 
+/** The token the hub wants, if any: the page's fragment (`#token=...`, never sent to a server). */
+export function pageToken() {
+  return new URLSearchParams(location.hash.slice(1)).get("token") || undefined;
+}
+
+/**
+ * `fetch` of one of the hub's HTTP endpoints (`/v1/...`, same origin), with the page's token
+ * as a bearer token when there is one.
+ */
+export function hubFetch(path, init = {}) {
+  const token = pageToken();
+  const headers = { ...(init.headers ?? {}) };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  return fetch(path, { ...init, headers });
+}
+
+/** The consumer URL of `thread` on this page's hub, with `?presence=NAME` when given. */
+export function presenceUrl(thread, name) {
+  const url = new URL(`/v1/threads/${encodeURIComponent(thread)}`, location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  if (name !== undefined && name !== null) url.searchParams.set("presence", name);
+  return url.href;
+}
+
 /**
  * Connect this page to `thread` and wire the status bar and the state dump. A token, if the hub
  * wants one, is taken from the page's fragment (`#token=...`: never sent to a server or logged).
- * `render(client)` is called after every change of the state or the messages.
+ * `render(client)` is called after every change of the state or the messages. `path` (a JSON
+ * Pointer) has the client hold only that subtree of the state (`?path=`); `presence` (a name)
+ * shows this tab on the thread (`?presence=`, see presence.js).
  *
  * Test hook: `window.__hub = {client, history, connections}`; `history` maps a seq to the dump
  * of `{state, messages}` this page held at that seq (the latest few hundred positions);
  * `connections` lists each connection's `{since, resumed, head}` (head: the hub's seq then).
  */
-export function startPage({ thread, render = () => {} }) {
+export function startPage({ thread, render = () => {}, path, presence }) {
   const bar = document.getElementById("hub-bar");
   let client;
   try {
+    // With presence, the client is given the thread's URL with `?presence=NAME` in it: it keeps
+    // that query on every connection (a reconnect shows this tab again) and adds its own.
+    const where = presence === undefined ? { thread } : { url: presenceUrl(thread, presence) };
     client = new HubClient({
-      thread,
-      token: new URLSearchParams(location.hash.slice(1)).get("token") || undefined,
+      ...where,
+      path,
+      token: pageToken(),
       backoff: { initial: 100, max: 2000, factor: 2, jitter: 0.5 },
     });
   } catch (err) {
@@ -82,7 +112,7 @@ export function startPage({ thread, render = () => {} }) {
   /** Each connection: the `since` it asked to resume from (null: a fresh join) and the welcome. */
   const connections = [];
   window.__hub = { client, history, connections };
-  const parts = buildBar(bar, thread);
+  const parts = buildBar(bar, thread, path);
   const dump = byTestId("state-json");
   let deltas = 0;
 
@@ -128,7 +158,7 @@ export function startPage({ thread, render = () => {} }) {
   return client;
 }
 
-function buildBar(bar, thread) {
+function buildBar(bar, thread, path) {
   const field = (label, testid, text = "") => {
     const value = el("span", { className: "bar-value", testid, text });
     bar.append(el("span", { className: "bar-field" }, el("span", { className: "bar-label", text: label }), value));
@@ -137,6 +167,7 @@ function buildBar(bar, thread) {
   bar.replaceChildren();
   const parts = {
     thread: field("thread", "thread", thread),
+    path: path ? field("holds", "path", path) : null,
     status: field("status", "status", "connecting"),
     seq: field("seq", "seq", "0"),
     lag: field("lag", "lag", "0"),

@@ -9,6 +9,8 @@
 
 import { askBox } from "./ask.js";
 import { asText, byTestId, el, keepThreadInLinks, pageThread, startPage, valueAt } from "./common.js";
+import { tabName, whoIsHere } from "./presence.js";
+import { docUrl, threadList } from "./threads.js";
 
 const MAX_NOTICES = 6;
 const SAVED_FLASH_MS = 1500;
@@ -320,17 +322,53 @@ function renderAll() {
   renderNotices();
 }
 
+// -- the thread deleted ------------------------------------------------------------------------
+
+/** How long the page says its thread was deleted before it opens another (ms). */
+const GONE_FOR_MS = 2_000;
+const goneBanner = byTestId("thread-gone");
+let gone = false;
+
+/**
+ * The open thread was deleted (here, or anywhere: the hub's `thread_deleted`, then close 4004):
+ * stop following it, say so, and open another thread (the most recently changed one, else the
+ * demo's own).
+ */
+async function threadGone(by) {
+  if (gone) return;
+  gone = true;
+  client?.close(); // no reconnect: that would follow a new, empty thread of the same id
+  for (const input of document.querySelectorAll("main input, main textarea, aside input, aside button")) {
+    input.disabled = true;
+  }
+  document.body.dataset.threadGone = "true";
+  const next = (await threads.others())[0] ?? (thread === "demo" ? null : "demo");
+  const where = next === null ? "This page will load it again" : `Opening “${next}” in a moment`;
+  goneBanner.textContent = `This document (“${thread}”) was deleted ${by}. ${where}…`;
+  goneBanner.dataset.next = next ?? thread;
+  goneBanner.hidden = false;
+  setTimeout(() => location.assign(docUrl(next ?? thread)), GONE_FOR_MS);
+}
+
 keepThreadInLinks();
+const thread = pageThread("demo");
+const threads = threadList({ current: thread, onDeleted: () => threadGone("from this tab") });
+const name = tabName();
 let renderTalk = () => {};
 client = startPage({
-  thread: pageThread("demo"),
+  thread,
+  presence: name,
   render(c) {
-    titleInput.disabled = false;
+    if (!gone) titleInput.disabled = false;
     renderAll();
     renderTalk(c);
   },
 });
 if (client !== null) {
   renderTalk = askBox(client);
+  whoIsHere(client, name);
   client.on("publish", () => renderAll());
+  client.on("error", (value) => {
+    if (value?.code === "thread_deleted") threadGone(threads.deleting() === thread ? "from this tab" : "elsewhere");
+  });
 }

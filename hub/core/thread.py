@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
+from .fold import fold
 from .messages import MessageLog
 from .patch import Document, apply_patch, check_patch
 from .streaming import (
@@ -268,10 +269,7 @@ class Thread:
         self.last_run_id = str(event.get("runId"))
         self.interrupts = []
         self.streaming.start_run(self.last_run_id)
-        given = event.get("input")
-        history = given.get("messages") if isinstance(given, dict) else None
-        if isinstance(history, list):
-            self.messages.add_history(history)
+        fold(self.messages, event)  # its input's messages
         return event
 
     def _on_run_finished(self, event: Event) -> Event:
@@ -335,9 +333,7 @@ class Thread:
                 raise InvalidSequence(
                     f"MESSAGES_SNAPSHOT changes the role of {message['id']!r} while it streams"
                 )
-        self.messages.replace_all(
-            event["messages"], streaming=self.open, metadata=event.get("metadata")
-        )
+        fold(self.messages, event, streaming=self.open)
         return event
 
     def _start(self, kind: str, event: Event) -> str:
@@ -361,7 +357,7 @@ class Thread:
         return event
 
     def _on_reasoning_encrypted_value(self, event: Event) -> Event:
-        self.messages.encrypted_value(event["subtype"], event["entityId"], event["encryptedValue"])
+        fold(self.messages, event)
         return event
 
     def _on_step_started(self, event: Event) -> Event:
@@ -373,27 +369,21 @@ class Thread:
         return event
 
     def _on_text_message_start(self, event: Event) -> Event:
-        return self._open_message("text", event, event.get("role") or "assistant")
+        return self._open_message("text", event)
 
     def _on_reasoning_message_start(self, event: Event) -> Event:
-        return self._open_message("reasoning", event, "reasoning")
+        return self._open_message("reasoning", event)
 
-    def _open_message(self, kind: str, event: Event, role: str) -> Event:
+    def _open_message(self, kind: str, event: Event) -> Event:
         self._require_closed(kind, event["messageId"])
-        self.messages.start_text(
-            event["messageId"],
-            role,
-            event.get("name") if kind == "text" else None,
-            subagent=event.get("subagentRunId"),
-            event=event,
-        )
+        fold(self.messages, event)
         self._start(kind, event)
         return event
 
     def _message_content(self, event: Event) -> Event:
         """TEXT_MESSAGE_CONTENT and REASONING_MESSAGE_CONTENT."""
         self._require_open(BY_CONTENT[event["type"]], event["messageId"])
-        self.messages.append_text(event["messageId"], event["delta"], event)
+        fold(self.messages, event)
         return event
 
     _on_text_message_content = _message_content
@@ -402,12 +392,8 @@ class Thread:
     def _end(self, event: Event) -> Event:
         """Every *_END / *_FINISHED of a streaming item: it must be open; it closes."""
         kind = BY_END[event["type"]]
-        item_id = event[STREAMING[kind][3]]
-        self.streaming.end(self._require_open(kind, item_id))
-        if kind in ("text", "reasoning"):
-            self.messages.end_text(item_id, event)
-        elif kind == "tool":
-            self.messages.end_tool_call(item_id, event)
+        self.streaming.end(self._require_open(kind, event[STREAMING[kind][3]]))
+        fold(self.messages, event)
         return event
 
     def _message_chunk(self, event: Event) -> Event:
@@ -423,27 +409,12 @@ class Thread:
         key = item_key(kind, message_id) if message_id else current
         if key is None or not key.startswith(prefix):
             raise InvalidSequence(f"{event['type']} without a messageId starts nothing")
-        message_id = key[len(prefix) :]
-        if key != current or key not in self.streaming.open:
-            if key != current:  # check before changing anything: atomic
-                self._require_closed(kind, message_id)
-            start: Event = {"type": STREAMING[kind][0], "messageId": message_id}
-            if kind == "text":
-                start["role"] = event.get("role") or "assistant"
-                if event.get("name") is not None:
-                    start["name"] = event["name"]
-            if event.get("subagentRunId") is not None:
-                start["subagentRunId"] = event["subagentRunId"]
-            self.messages.start_text(
-                message_id,
-                start.get("role", "reasoning"),
-                start.get("name"),
-                subagent=start.get("subagentRunId"),
-                event=event,
-            )
+        opens = key != current or key not in self.streaming.open
+        if key != current:  # check before changing anything: atomic
+            self._require_closed(kind, key[len(prefix) :])
+        start = fold(self.messages, event, (key[len(prefix) :], opens))
+        if start is not None:
             self.streaming.chunk(key, start)
-        # The client turns the chunk into a content event carrying its metadata.
-        self.messages.append_text(message_id, event.get("delta") or "", event)
         return event
 
     _on_text_message_chunk = _message_chunk
@@ -451,19 +422,13 @@ class Thread:
 
     def _on_tool_call_start(self, event: Event) -> Event:
         self._require_closed("tool", event["toolCallId"])
-        self.messages.start_tool_call(
-            event["toolCallId"],
-            event["toolCallName"],
-            event.get("parentMessageId"),
-            subagent=event.get("subagentRunId"),
-            event=event,
-        )
+        fold(self.messages, event)
         self._start("tool", event)
         return event
 
     def _on_tool_call_args(self, event: Event) -> Event:
         self._require_open("tool", event["toolCallId"])
-        self.messages.append_tool_args(event["toolCallId"], event["delta"], event)
+        fold(self.messages, event)
         return event
 
     def _on_tool_call_chunk(self, event: Event) -> Event:
@@ -472,57 +437,27 @@ class Thread:
         key = item_key("tool", call_id) if call_id else current
         if key is None or not key.startswith("tool:"):
             raise InvalidSequence("TOOL_CALL_CHUNK without a toolCallId starts nothing")
-        if key != current or key not in self.streaming.open:
+        opens = key != current or key not in self.streaming.open
+        if opens:
             if not event.get("toolCallName"):
                 raise InvalidSequence("the first TOOL_CALL_CHUNK of a call needs toolCallName")
             if key != current:
                 self._require_closed("tool", key[5:])
-            start = {
-                "type": "TOOL_CALL_START",
-                "toolCallId": key[5:],
-                "toolCallName": event["toolCallName"],
-            }
-            if event.get("parentMessageId"):
-                start["parentMessageId"] = event["parentMessageId"]
-            if event.get("subagentRunId") is not None:
-                start["subagentRunId"] = event["subagentRunId"]
-            self.messages.start_tool_call(
-                key[5:],
-                event["toolCallName"],
-                event.get("parentMessageId"),
-                subagent=event.get("subagentRunId"),
-                event=event,
-            )
+        start = fold(self.messages, event, (key[5:], opens))
+        if start is not None:
             self.streaming.chunk(key, start)
-        self.messages.append_tool_args(key[5:], event.get("delta") or "", event)
         return event
 
     def _on_tool_call_result(self, event: Event) -> Event:
-        self.messages.add_tool_result(
-            event["messageId"],
-            event["toolCallId"],
-            event["content"],
-            role=event.get("role"),
-            subagent=event.get("subagentRunId"),
-            event=event,
-        )
+        fold(self.messages, event)
         return event
 
     def _on_activity_snapshot(self, event: Event) -> Event:
-        self.messages.activity_snapshot(
-            event["messageId"],
-            event["activityType"],
-            event["content"],
-            event.get("replace"),
-            subagent=event.get("subagentRunId"),
-            event=event,
-        )
+        fold(self.messages, event)
         return event
 
     def _on_activity_delta(self, event: Event) -> Event:
-        self.messages.activity_delta(
-            event["messageId"], event["activityType"], event["patch"], event
-        )
+        fold(self.messages, event)  # checked first, atomic: a patch that fails changes nothing
         return event
 
     # -- persistence ----------------------------------------------------------------------------

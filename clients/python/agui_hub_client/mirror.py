@@ -24,8 +24,10 @@ The rules (the hub's consumer contract):
   ``REASONING_MESSAGE_CHUNK``, ``TOOL_CALL_CHUNK``) continue or restart a message exactly as
   the hub's thread does, across repairs too (best effort after a real loss of events).
 
-State and messages are applied with the hub's own code (``hub.core.patch`` and
-``hub.core.messages``), so a copy that followed the stream holds exactly what the hub holds.
+State and messages are applied with the hub's own code (``hub.core.patch``, and
+``hub.core.fold``, which the hub's thread folds every event with), so a copy that followed the
+stream holds exactly what the hub holds: the producers' metadata, names and subagent ids, tool
+results where the official client places them, a run's input messages.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from agui_hub_client._hub.core.fold import MESSAGE_EVENTS, fold
 from agui_hub_client._hub.core.messages import Message, MessageLog
 from agui_hub_client._hub.core.patch import Document, apply_patch, check_patch
-from agui_hub_client._hub.core.streaming import Streaming
-from agui_hub_client._hub.errors import MalformedPatch, PatchFailed
+from agui_hub_client._hub.core.streaming import CHUNKS, Streaming
+from agui_hub_client._hub.errors import InvalidSequence, MalformedPatch, PatchFailed
 from agui_hub_client._hub.wire.control import ERROR, HEARTBEAT, RUN, WELCOME
 from agui_hub_client._wire import Event, hub_control
 
@@ -283,48 +286,30 @@ class Mirror:
         kind = event.get("type")
         try:
             self._effect(event, kind, sync)
-        except (PatchFailed, MalformedPatch, KeyError, TypeError) as exc:
+        except (PatchFailed, MalformedPatch, InvalidSequence, KeyError, TypeError) as exc:
             raise LocalFailure(str(exc)) from None
         if sync:
             self.streaming.follow_repair(event)
 
     def _effect(self, event: Event, kind: Any, sync: bool = False) -> None:
-        messages = self.messages
         if kind == "STATE_SNAPSHOT":
             self.doc.root = copy.deepcopy(event["snapshot"])
-        elif kind == "STATE_DELTA":
+            return
+        if kind == "STATE_DELTA":
             ops, _ = check_patch(event.get("delta"))
             apply_patch(self.doc, ops)
-        elif kind == "MESSAGES_SNAPSHOT":
-            messages.replace_all(event["messages"], streaming=self.streaming.open)
-        elif kind == "TEXT_MESSAGE_START":
-            messages.start_text(event["messageId"], event.get("role") or "assistant")
-        elif kind == "REASONING_MESSAGE_START":
-            messages.start_text(event["messageId"], "reasoning")
-        elif kind in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT"):
+            return
+        if kind not in MESSAGE_EVENTS:
+            return
+        chunk: tuple[str, bool] | None = None
+        if kind in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT"):
             self._require_open(event["messageId"])
-            messages.append_text(event["messageId"], event["delta"])
-        elif kind == "TOOL_CALL_START":
-            messages.start_tool_call(
-                event["toolCallId"], event["toolCallName"], event.get("parentMessageId")
-            )
         elif kind == "TOOL_CALL_ARGS":
             self._require_call(event["toolCallId"])
-            messages.append_tool_args(event["toolCallId"], event["delta"])
-        elif kind == "TOOL_CALL_RESULT":
-            messages.add_tool_result(event["messageId"], event["toolCallId"], event["content"])
-        elif kind == "ACTIVITY_SNAPSHOT":
-            messages.activity_snapshot(
-                event["messageId"], event["activityType"], event["content"], event.get("replace")
-            )
-        elif kind == "ACTIVITY_DELTA":
-            messages.activity_delta(event["messageId"], event["activityType"], event["patch"])
-        elif kind == "TEXT_MESSAGE_CHUNK":
-            self._text_chunk(event, sync)
-        elif kind == "REASONING_MESSAGE_CHUNK":
-            self._text_chunk(event, sync, item="reasoning")
-        elif kind == "TOOL_CALL_CHUNK":
-            self._tool_chunk(event, sync)
+        elif kind in CHUNKS:
+            chunk = self._chunk_target(CHUNKS[kind][0], event.get(CHUNKS[kind][1]), sync)
+        # What the hub's thread does with it (hub.core.fold), as the official client does.
+        fold(self.messages, event, chunk, self.streaming.open)
 
     def _require_open(self, message_id: str) -> None:
         # The hub forwards content only for a message it has open; we must have it open too.
@@ -333,43 +318,16 @@ class Mirror:
             raise KeyError(f"no open message {message_id!r}")
 
     def _require_call(self, tool_call_id: str) -> None:
+        # Open here, or held (a copy resumed from a saved position): the hub has it open.
+        if f"tool:{tool_call_id}" in self.streaming.open:
+            return
         if self.messages.tool_call(tool_call_id) is None:
             raise KeyError(f"no tool call {tool_call_id!r}")
 
-    # -- chunks ---------------------------------------------------------------------------------
-
     def _chunk_target(self, item: str, item_id: Any, sync: bool) -> tuple[str, bool]:
-        """The item a chunk streams into, and whether it starts (or restarts) it.
-
-        A sync chunk re-opens an item with its content so far: it always starts it.
-        """
+        """The item a chunk streams into, and whether it opens (or re-opens) it. A sync chunk
+        re-opens an item with its content so far: it always opens it."""
         key = f"{item}:{item_id}" if item_id else self.streaming.chunked
         if key is None or not key.startswith(f"{item}:"):
             raise KeyError(f"a {item} chunk without an id continues nothing")
-        return key, sync or key != self.streaming.chunked
-
-    def _text_chunk(self, event: Event, sync: bool, item: str = "text") -> None:
-        """TEXT_MESSAGE_CHUNK, and REASONING_MESSAGE_CHUNK (``item="reasoning"``)."""
-        key, start = self._chunk_target(item, event.get("messageId"), sync)
-        message_id = key.split(":", 1)[1]
-        if start:
-            role = "reasoning" if item == "reasoning" else event.get("role") or "assistant"
-            self.messages.start_text(message_id, role)
-        elif self.messages.get(message_id) is None:
-            raise KeyError(f"no message {message_id!r}")
-        if event.get("delta"):
-            self.messages.append_text(message_id, event["delta"])
-
-    def _tool_chunk(self, event: Event, sync: bool) -> None:
-        key, start = self._chunk_target("tool", event.get("toolCallId"), sync)
-        call_id = key.split(":", 1)[1]
-        if start:
-            if not event.get("toolCallName"):
-                raise KeyError("the first TOOL_CALL_CHUNK of a call needs toolCallName")
-            self.messages.start_tool_call(
-                call_id, event["toolCallName"], event.get("parentMessageId")
-            )
-        else:
-            self._require_call(call_id)
-        if event.get("delta"):
-            self.messages.append_tool_args(call_id, event["delta"])
+        return key.split(":", 1)[1], sync or key != self.streaming.chunked

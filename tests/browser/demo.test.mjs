@@ -55,12 +55,20 @@ async function metric(name, labels) {
   return line === undefined ? 0 : Number(line.split(" ").pop());
 }
 
-/** Poll `fn(arg)` in the page until it returns something truthy (no waitForFunction: the CSP). */
+/**
+ * Poll `fn(arg)` in the page until it returns something truthy (no waitForFunction: the CSP).
+ * A page that is navigating meanwhile (its context destroyed) is asked again on the next page.
+ */
 async function until(page, fn, arg, { timeout = 10_000, what = "condition" } = {}) {
   const deadline = Date.now() + timeout;
   let last;
   for (;;) {
-    last = await page.evaluate(fn, arg);
+    try {
+      last = await page.evaluate(fn, arg);
+    } catch (err) {
+      if (!/Execution context was destroyed|navigat/i.test(String(err?.message))) throw err;
+      last = null;
+    }
     if (last) return last;
     if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
@@ -108,11 +116,23 @@ function shownResyncs(page, cause) {
   return page.evaluate((c) => Number(document.querySelector(`[data-testid="resync-${c}"]`).dataset.count), cause);
 }
 
+/** The value at JSON Pointer `path` of `doc` (RFC 6901), or null where it does not resolve. */
+function at(doc, path) {
+  let node = doc;
+  for (const token of path.split("/").slice(1)) {
+    const key = token.replaceAll("~1", "/").replaceAll("~0", "~");
+    if (node === null || typeof node !== "object" || !Object.hasOwn(node, key)) return null;
+    node = node[key];
+  }
+  return node;
+}
+
 /**
  * Every page holds exactly the hub's state and messages at one same seq: GET the thread, wait
  * until each page has reached that seq, and compare what each held there (its history keeps the
  * dump of every seq it applied; a page that jumped over that seq by a snapshot is retried at the
- * next one). Also checks each page's <pre> dump is the state it held at the dump's seq.
+ * next one). A page whose client holds a subtree (`path`) holds exactly that part of the hub's
+ * state. Also checks each page's <pre> dump is the state it held at the dump's seq.
  */
 async function assertConverged(pages, { timeout = 15_000 } = {}) {
   const deadline = Date.now() + timeout;
@@ -127,7 +147,9 @@ async function assertConverged(pages, { timeout = 15_000 } = {}) {
     }
     if (held.every((h) => h !== null)) {
       for (const [i, h] of held.entries()) {
-        assert.deepEqual(JSON.parse(h), { state: hub.state, messages: hub.messages }, `tab ${i} at seq ${hub.seq}`);
+        const path = await pages[i].evaluate(() => window.__hub.client.path);
+        const state = path === null ? hub.state : at(hub.state, path);
+        assert.deepEqual(JSON.parse(h), { state, messages: hub.messages }, `tab ${i} at seq ${hub.seq}`);
       }
       for (const page of pages) {
         const dump = await page.evaluate(() => {
@@ -183,12 +205,22 @@ test("three tabs watching the demo agent converge to the hub's state", async () 
   const a = await openTab("A", "/demo/doc.html");
   await openTab("B", "/demo/doc.html");
   const c = await openTab("C", "/demo/dashboard.html");
+  // The dashboard holds only what it draws, the series: it subscribed with ?path=/series, and
+  // every delta it receives is re-rooted there (`/series/-` arrives as `/-`), nothing else.
+  await c.evaluate(() => {
+    window.__deltaPaths = [];
+    window.__hub.client.on("event", (e) => e.type === "STATE_DELTA" && window.__deltaPaths.push(...e.delta.map((op) => op.path)));
+  });
+  assert.equal(await c.evaluate(() => window.__hub.client.path), "/series");
+  assert.equal(new URL(await c.evaluate(() => window.__hub.client.socket.url)).searchParams.get("path"), "/series");
+  assert.equal(await c.textContent('[data-testid="path"]'), "/series");
   const first = await assertConverged([tabs.A, tabs.B, tabs.C]);
   // The chart follows the series as deltas arrive.
   const chartAt = () =>
     c.evaluate(() => ({
       values: document.querySelector('[data-testid="chart"]').dataset.values,
-      series: JSON.stringify(window.__hub.client.state.series),
+      series: JSON.stringify(window.__hub.client.state),
+      latest: document.querySelector('[data-testid="figure-latest"] .figure-value').textContent,
     }));
   const before = await chartAt();
   assert.equal(before.values, JSON.parse(before.series).join(","));
@@ -197,8 +229,17 @@ test("three tabs watching the demo agent converge to the hub's state", async () 
   });
   const moved = await chartAt();
   assert.equal(moved.values, JSON.parse(moved.series).join(","));
+  assert.equal(moved.latest, String(JSON.parse(moved.series).at(-1)), "the figures read the series too");
   const second = await assertConverged([tabs.A, tabs.B, tabs.C]);
   assert.ok(second.seq > first.seq, "the agent kept writing");
+  const paths = await c.evaluate(() => window.__deltaPaths);
+  assert.ok(paths.includes("/-"), `the series' appends arrived re-rooted: ${paths.slice(0, 20)}`);
+  assert.deepEqual(
+    paths.filter((p) => !/^\/(-|\d+)$/.test(p)),
+    [],
+    "no delta outside the series reached the dashboard",
+  );
+  assert.ok(!(await c.textContent('[data-testid="state-json"]')).includes("sections"));
   // Each tab joined once, with no repair.
   for (const page of [a, tabs.B, c]) {
     const held = await client(page);
@@ -221,8 +262,9 @@ test("three tabs watching the demo agent converge to the hub's state", async () 
 test("a tab whose copy is corrupted detects the failed patch and recovers through a snapshot", async () => {
   const c = tabs.C;
   const hubBefore = await metric("agui_hub_resyncs_total", { cause: "patch_failed" });
-  // The agent appends to /series in every delta: with /series a string, the next one fails.
-  await c.evaluate(() => window.__hub.client.mirror.corrupt("/series", "corrupted"));
+  // The agent appends to /series in every delta, which reaches the dashboard (holding only the
+  // series) as an append to its root: with its copy a string, the next one fails.
+  await c.evaluate(() => window.__hub.client.mirror.corrupt("", "corrupted"));
   await until(c, () => window.__hub.client.snapshots.patch_failed === 1 && window.__hub.client.inSync, null, {
     what: "the repair snapshot",
   });
@@ -235,7 +277,7 @@ test("a tab whose copy is corrupted detects the failed patch and recovers throug
     assert.equal(await shownResyncs(page, "patch_failed"), 0);
   }
   await assertConverged([tabs.A, tabs.B, c]);
-  assert.ok(await c.evaluate(() => Array.isArray(window.__hub.client.state.series)));
+  assert.ok(await c.evaluate(() => Array.isArray(window.__hub.client.state)));
   await shot(c, "dashboard-repaired");
 });
 
@@ -500,6 +542,168 @@ test("the operator board renders a receipts board and follows its deltas", async
     await shot(board, "board-ops", { fullPage: true });
   }
   await board.close();
+});
+
+/** The people a document tab shows in "who is here": `[{id, name, self}]`, in its order. */
+function shownMembers(page) {
+  return page.$$eval('[data-testid="member"]', (items) =>
+    items.map((li) => ({ id: li.dataset.memberId, name: li.dataset.name, self: li.dataset.self === "true" })),
+  );
+}
+
+/** Wait until `page` shows exactly the members named `names` (any order). */
+async function untilMembers(page, names, what) {
+  return until(
+    page,
+    (want) => {
+      const shown = [...document.querySelectorAll('[data-testid="member"]')].map((li) => li.dataset.name).sort();
+      return JSON.stringify(shown) === JSON.stringify(want);
+    },
+    [...names].sort(),
+    { what },
+  );
+}
+
+test("two tabs on the document see each other in who is here, renamed, and one leaving", async () => {
+  const a = tabs.A;
+  const b = tabs.B;
+  const self = async (page) => (await shownMembers(page)).find((m) => m.self);
+  const [meA, meB] = [await self(a), await self(b)];
+  assert.ok(meA && meB, "each tab shows itself");
+  assert.match(meA.name, /^Guest \d{3}$/);
+  assert.notEqual(meA.id, meB.id, "one member per tab");
+  // Each sees the other, and both show what the hub holds (the dashboard, which did not ask to
+  // be shown, is not a member).
+  await untilMembers(a, [meA.name, meB.name], "tab A to show both tabs");
+  await untilMembers(b, [meA.name, meB.name], "tab B to show both tabs");
+  const hubMembers = async () => (await getJson("/v1/threads/demo/presence")).members;
+  assert.deepEqual((await hubMembers()).map((m) => m.id).sort(), [meA.id, meB.id].sort());
+  assert.deepEqual(
+    (await shownMembers(b)).filter((m) => !m.self).map((m) => m.id),
+    [meA.id],
+  );
+  // A third tab comes, and renames itself: everyone sees it come and take the new name.
+  const d = await openTab("D", "/demo/doc.html");
+  const meD = await until(d, () => document.querySelector('[data-testid="member"][data-self]')?.dataset.name, null, {
+    what: "tab D to show itself",
+  });
+  await untilMembers(a, [meA.name, meB.name, meD], "tab A to see tab D come");
+  const renamed = `Tester ${Date.now() % 100000}`;
+  await d.fill('[data-testid="name-input"]', renamed);
+  await d.press('[data-testid="name-input"]', "Enter");
+  for (const page of [a, b, d]) await untilMembers(page, [meA.name, meB.name, renamed], "the new name everywhere");
+  assert.ok((await hubMembers()).some((m) => m.name === renamed), "the hub holds the new name");
+  // The name is the tab's: a reload keeps it (sessionStorage) and shows it from the join on.
+  await d.reload();
+  await until(d, (n) => document.querySelector('[data-testid="member"][data-self]')?.dataset.name === n, renamed, {
+    what: "the reloaded tab to keep its name",
+  });
+  assert.equal(await d.inputValue('[data-testid="name-input"]'), renamed);
+  await shot(a, "doc-who-is-here");
+  // Tab D leaves: the others see it go, and so does the hub.
+  await d.close();
+  for (const page of [a, b]) await untilMembers(page, [meA.name, meB.name], "tab D to be gone");
+  assert.ok(!(await hubMembers()).some((m) => m.name === renamed));
+});
+
+test("the thread list: another thread shows, opens, is renamed and deleted from the page", async () => {
+  const scratch = `scratch-${Date.now()}`;
+  // Another thread of the tenant, written as docs/http.md writes one: a run of the demo agent.
+  const started = await fetch(`${HUB}/v1/threads/${scratch}/runs`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ agent: "demo", messages: [{ id: "u1", role: "user", content: "hi" }] }),
+  });
+  assert.ok(started.ok, `POST runs: ${started.status}`);
+  const listed = async () => (await getJson("/v1/threads?limit=200")).threads;
+  assert.ok((await listed()).some((t) => t.id === scratch));
+  const ids = (page) =>
+    page.evaluate(() => (document.querySelector('[data-testid="threads"]').dataset.ids ?? "").split(","));
+  const e = await openTab("E", "/demo/doc.html");
+  await until(e, (id) => document.querySelector('[data-testid="threads"]').dataset.ids?.split(",").includes(id), scratch, {
+    what: "the list to show the new thread",
+  });
+  const shown = await ids(e);
+  assert.ok(shown.includes("demo") && shown.includes(scratch), shown.join(","));
+  // The same threads as the hub lists (the order moves as the agent writes to both).
+  assert.deepEqual([...shown].sort(), (await listed()).map((t) => t.id).sort());
+  assert.equal(await e.getAttribute('[data-testid="thread-item"][data-id="demo"] a', "aria-current"), "page");
+  // Open it: the page follows that thread, the list marks it open.
+  const item = `[data-testid="thread-item"][data-id="${scratch}"]`;
+  await e.click(`${item} [data-testid="thread-open"]`);
+  await until(e, (id) => window.__hub?.client?.thread === id && window.__hub.client.inSync, scratch, {
+    what: "the page to open the other thread",
+  });
+  assert.equal(new URL(e.url()).searchParams.get("thread"), scratch);
+  await until(e, (sel) => document.querySelector(sel)?.getAttribute("aria-current") === "page", `${item} a`, {
+    what: "the list to mark it open",
+  });
+  // A tab that stays on it sees it deleted from elsewhere.
+  const f = await openTab("F", `/demo/doc.html?thread=${scratch}`);
+  // Rename it from the page: the hub lists the new name; tab A's list shows it by its next poll.
+  const name = `Scratch notes ${Date.now() % 100000}`;
+  await e.click(`${item} [data-testid="thread-rename"]`);
+  await e.fill(`${item} [data-testid="thread-name-input"]`, name);
+  await e.press(`${item} [data-testid="thread-name-input"]`, "Enter");
+  await until(e, ([sel, n]) => document.querySelector(sel)?.dataset.name === n, [item, name], { what: "the new name" });
+  assert.equal((await listed()).find((t) => t.id === scratch).name, name);
+  assert.equal(await e.textContent(`${item} [data-testid="thread-open"]`), name);
+  await until(tabs.A, ([sel, n]) => document.querySelector(sel)?.dataset.name === n, [item, name], {
+    what: "tab A's list to show the new name",
+  });
+  await shot(e, "doc-threads");
+  // Delete it: a dismissed confirm deletes nothing.
+  e.once("dialog", (dialog) => dialog.dismiss());
+  await e.click(`${item} [data-testid="thread-delete"]`);
+  await until(e, () => document.querySelector('[data-testid="threads-status"]').textContent === "Not deleted.", null, {
+    what: "the refusal",
+  });
+  assert.ok((await listed()).some((t) => t.id === scratch), "still there");
+  let question = "";
+  e.once("dialog", (dialog) => {
+    question = dialog.message();
+    dialog.accept();
+  });
+  await e.click(`${item} [data-testid="thread-delete"]`);
+  // The open thread went: this tab says so, then opens another; so does the tab that stayed on it.
+  const said = (page) =>
+    until(
+      page,
+      () => {
+        const b = document.querySelector('[data-testid="thread-gone"]');
+        return b.hidden ? null : { text: b.textContent, next: b.dataset.next };
+      },
+      null,
+      { what: "the page to say its thread was deleted" },
+    );
+  const banners = await Promise.all([said(e), said(f)]);
+  for (const [page, by, banner] of [
+    [e, "from this tab", banners[0]],
+    [f, "elsewhere", banners[1]],
+  ]) {
+    assert.ok(banner.text.includes(scratch) && banner.text.includes(`deleted ${by}`), banner.text);
+    assert.notEqual(banner.next, scratch);
+    await until(page, (next) => window.__hub?.client?.thread === next && window.__hub.client.inSync, banner.next, {
+      what: "the page to open another thread",
+    });
+  }
+  assert.ok(question.includes(scratch) && question.includes("open here"), question);
+  // Gone from the store: not listed, and read as a thread nobody wrote (docs/http.md).
+  assert.ok(!(await listed()).some((t) => t.id === scratch));
+  const { threadId, epoch, seq, state, messages, run } = await getJson(`/v1/threads/${scratch}`);
+  assert.deepEqual(
+    { threadId, epoch, seq, state, messages, run },
+    { threadId: scratch, epoch: null, seq: 0, state: {}, messages: [], run: null },
+  );
+  const again = await fetch(`${HUB}/v1/threads/${scratch}`, { method: "DELETE" });
+  assert.equal(again.status, 404);
+  for (const page of [tabs.A, e]) {
+    await until(page, (id) => !document.querySelector('[data-testid="threads"]').dataset.ids?.split(",").includes(id), scratch, {
+      what: "the lists to drop it",
+    });
+  }
+  await e.close();
+  await f.close();
 });
 
 test("no page broke its CSP or threw", () => {

@@ -5,7 +5,8 @@ writing thread ``demo``); ``demo.test.mjs`` (``node --test``) opens the pages in
 checks, comparing every tab with ``GET /v1/threads/demo`` at the same seq:
 
 - three tabs (two on the document, one on the dashboard) converge to the hub's state, and the
-  dashboard's chart follows the series as deltas arrive;
+  dashboard's chart follows the series as deltas arrive; the dashboard subscribes to ``/series``
+  only (``?path=``): it holds exactly that subtree and receives no delta outside it;
 - a tab whose copy is deliberately corrupted fails the next patch, asks ``hub.resync``
   (``patch_failed``), is repaired by a snapshot and converges; only that tab counts a resync;
 - a tab taken offline comes back, resumes with ``since`` and gets a replay (no new join);
@@ -15,7 +16,14 @@ checks, comparing every tab with ``GET /v1/threads/demo`` at the same seq:
   AG-UI HTTP endpoint), and its streamed reply shows in both tabs; ``section: ...`` makes the
   agent add a section, in both tabs;
 - state is rendered as text (markup in the state stays text); the operator board renders a
-  receipts board (hub/receipts/board.py's shape) and follows its deltas; no page breaks its CSP.
+  receipts board (hub/receipts/board.py's shape) and follows its deltas;
+- "who is here": the two document tabs show each other (as ``GET .../presence`` does), a third
+  tab comes, renames itself (everyone sees the new name; a reload keeps it) and leaves (gone for
+  the others and the hub);
+- the thread list shows ``demo`` and a thread the test wrote, opens it, renames it (``GET
+  /v1/threads`` has the name, another tab's list shows it), and deletes it after a confirm (a
+  dismissed one deletes nothing): the tab on it and another tab on it say so and open another
+  thread, and the thread is gone from the list and the store; no page breaks its CSP.
 
 Screenshots go to ``test-artifacts/screenshots/``; with ``AGUI_UPDATE_README_SCREENSHOT=1``
 the document page's is also written to ``hub/web/screenshot-demo.png`` (the README's).
@@ -158,5 +166,6 @@ def test_the_demo_pages_work_in_chromium(tmp_path: Path) -> None:
         run_suite(node, "demo.test.mjs", env, timeout=SUITE_TIMEOUT_S)
     finally:
         hub.stop()
-    for name in ("index", "doc-conflict", "dashboard", "dashboard-repaired", "doc-ask", "board"):
+    shots = ("index", "doc-conflict", "dashboard", "dashboard-repaired", "doc-ask", "board")
+    for name in (*shots, "doc-who-is-here", "doc-threads"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000, name

@@ -132,8 +132,9 @@ class Streaming(Generic[V]):
 
     def chunk(self, key: str, value: V) -> None:
         """A chunk names ``key``, which is not the chunked item (or not open): the chunked
-        item closes, and ``key`` opens as the chunked one."""
-        if self.chunked is not None:
+        item closes (a guessed one stays open, as it may have been opened by a start event),
+        and ``key`` opens as the chunked one."""
+        if self.chunked is not None and not self.guessed:
             self.open.pop(self.chunked, None)
         self.chunked = key
         self.guessed = False

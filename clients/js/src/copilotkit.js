@@ -37,6 +37,14 @@
 //   response carries to the browser) and errors with an InterruptResolvedError (`interruptId`,
 //   `by`, `at`), nothing run; a thread with a run open with `Error("Thread already running")`.
 //   Without a hub agent for it, a resume runs locally as any run (no claim: say `hubAgents`).
+//   A run refused because another is open, or whose thread is deleted under it, also emits a
+//   RUN_ERROR (`run_in_progress`, `thread_deleted`) before it errors: the runtime's response
+//   carries that to the browser, where the Observable's error alone would end the stream empty.
+// - Threads (CopilotKit's LocalThreadEndpointRunner methods, async here): listThreads(),
+//   getThreadMessages(), getThreadEvents(), getThreadState(), updateThread(), deleteThread(),
+//   clearThreads(), from the hub's `/v1/threads` API; threadHooks() gives the CopilotRuntimeHooks
+//   that serve the runtime's `/threads` routes with them. A thread a run() creates is tagged
+//   with its CopilotKit agent (`metadata.copilotkit.agentId`), which the list reports.
 
 import { runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
 import { AgentRunner } from "@copilotkit/runtime/v2";
@@ -217,6 +225,218 @@ export class AguiHubRunner extends AgentRunner {
     });
   }
 
+  // ---- Threads: CopilotKit's thread endpoints (`GET /threads`, `.../messages`, `.../events`,
+  // `.../state`, `POST /threads/clear`, `PATCH`/`DELETE /threads/{id}`), served from the hub.
+  //
+  // CopilotKit's LocalThreadEndpointRunner (InMemoryAgentRunner) answers these synchronously from
+  // process memory, and the runtime's handlers call them without awaiting. Here every answer comes
+  // from the hub over HTTP, so the methods return Promises, and the runtime reaches them through
+  // the hooks threadHooks() makes: pass those to createCopilotRuntimeHandler / the Node or Hono
+  // listener. Only then does this runner say it serves thread endpoints
+  // (`ɵsupportsLocalThreadEndpoints`, which the runtime's /info reports to the browser); without
+  // them the runtime answers its thread routes as for any runner without threads (422).
+
+  get ɵsupportsLocalThreadEndpoints() {
+    return this._threadRoutes === true;
+  }
+
+  /** The CopilotKit agent id of a thread as the hub lists it: what run() recorded in its
+   * metadata (`metadata.copilotkit.agentId`, on the thread's first run), else the CopilotKit id
+   * of the hub agent that last ran it (`hubAgents`), else the hub's name, else null. */
+  _threadAgent(info) {
+    const recorded = info?.metadata?.copilotkit?.agentId;
+    if (typeof recorded === "string") return recorded;
+    if (info?.agent == null) return null;
+    if (this.hubAgents && typeof this.hubAgents === "object") {
+      for (const [ck, hub] of Object.entries(this.hubAgents)) if (hub === info.agent) return ck;
+    }
+    return info.agent;
+  }
+
+  /** A hub thread as CopilotKit's thread record (LocalThreadEndpointRecord), plus the hub's
+   * `metadata` and whether a run is open (`running`). */
+  _threadRecord(info) {
+    return {
+      id: info.id,
+      name: info.name ?? null,
+      agentId: this._threadAgent(info),
+      organizationId: "",
+      createdById: "",
+      archived: Boolean(info.archived),
+      createdAt: info.created,
+      updatedAt: info.updated,
+      metadata: info.metadata ?? null,
+      running: info.run != null,
+    };
+  }
+
+  /**
+   * One page of the token's threads, most recently changed first:
+   * `{threads: [record...], nextCursor}` (`GET /v1/threads`; pass `nextCursor` back as `cursor`,
+   * null is the end). `agentId` keeps the threads of that CopilotKit agent (filtered here: a page
+   * may be short and still have a cursor); archived threads are left out unless
+   * `includeArchived`.
+   */
+  async listThreads({ agentId, includeArchived = false, limit = 50, cursor } = {}) {
+    const query = new URLSearchParams({ limit: String(limit) });
+    if (cursor) query.set("cursor", cursor);
+    if (!includeArchived) query.set("archived", "false");
+    const { status, body } = await this._http("GET", `/v1/threads?${query}`);
+    if (status !== 200) throw new HubHttpError(status, body);
+    let threads = (body.threads ?? []).map((info) => this._threadRecord(info));
+    if (agentId) threads = threads.filter((t) => t.agentId === agentId);
+    return { threads, nextCursor: body.next_cursor ?? null };
+  }
+
+  /** The thread's messages as the hub holds them (`[]` for a thread nobody wrote). */
+  async getThreadMessages(threadId) {
+    return (await this.thread(threadId)).messages ?? [];
+  }
+
+  /** The thread's state, or null for a thread nobody wrote. */
+  async getThreadState(threadId) {
+    const view = await this.thread(threadId);
+    return view.epoch == null ? null : (view.state ?? {});
+  }
+
+  /**
+   * The thread's events, compacted: a STATE_SNAPSHOT and a MESSAGES_SNAPSHOT of the thread as
+   * the hub holds it (its log keeps only the last `--retention` events; its runs are compacted
+   * into that outcome), after the open run's RUN_STARTED while one is open; `[]` for a thread
+   * nobody wrote.
+   */
+  async getThreadEvents(threadId) {
+    const view = await this.thread(threadId);
+    if (view.epoch == null) return [];
+    const events = [];
+    if (view.run != null) events.push({ type: "RUN_STARTED", threadId, runId: view.run.runId });
+    events.push({ type: "STATE_SNAPSHOT", snapshot: view.state ?? {} });
+    events.push({ type: "MESSAGES_SNAPSHOT", messages: view.messages ?? [] });
+    return events;
+  }
+
+  /** Set a thread's `name`, `archived` and/or `metadata` (`PATCH /v1/threads/{id}`): its record,
+   * or null if nobody wrote the thread. */
+  async updateThread(threadId, changes) {
+    const body = {};
+    for (const key of ["name", "archived", "metadata"]) if (changes && key in changes) body[key] = changes[key];
+    const answer = await this._http("PATCH", `/v1/threads/${checkThread(threadId)}`, body);
+    if (answer.status === 404) return null;
+    if (answer.status !== 200) throw new HubHttpError(answer.status, answer.body);
+    return this._threadRecord(answer.body);
+  }
+
+  /** Delete a thread on every hub node (`DELETE /v1/threads/{id}`; an open run is cancelled):
+   * true, or false if nobody wrote it. */
+  async deleteThread(threadId) {
+    const { status, body } = await this._http("DELETE", `/v1/threads/${checkThread(threadId)}`);
+    if (status === 204 || status === 200) return true;
+    if (status === 404) return false;
+    throw new HubHttpError(status, body);
+  }
+
+  /** Delete every thread the token lists (of `agentId` when given, archived ones included):
+   * the number deleted. The hub's threads are shared by every runtime instance and whatever
+   * else writes them: threadHooks() serves `POST /threads/clear` with this only if asked. */
+  async clearThreads({ agentId } = {}) {
+    let deleted = 0;
+    let cursor;
+    const seen = new Set();
+    do {
+      const page = await this.listThreads({ agentId, includeArchived: true, limit: 200, cursor });
+      for (const t of page.threads) {
+        if (seen.has(t.id)) continue;
+        seen.add(t.id);
+        if (await this.deleteThread(t.id)) deleted++;
+      }
+      cursor = page.nextCursor;
+    } while (cursor);
+    return deleted;
+  }
+
+  /**
+   * CopilotRuntimeHooks that answer CopilotKit's thread routes from the hub:
+   * `createCopilotRuntimeHandler({ runtime, hooks: runner.threadHooks() })` (or the Node/Hono
+   * listener's `hooks`). `hooks`: your own hooks, run first (authorize there: the hub is called
+   * with this runner's token whoever asks). `clear`: serve `POST /threads/clear` by deleting every
+   * thread of the agent asked for (`?agentId=`), or all; off by default (then it deletes nothing,
+   * 204, as the runtime does with Intelligence).
+   */
+  threadHooks({ hooks = {}, clear = false } = {}) {
+    this._threadRoutes = true;
+    return {
+      ...hooks,
+      onBeforeHandler: async (ctx) => {
+        const replaced = await hooks.onBeforeHandler?.(ctx);
+        const request = replaced ?? ctx.request;
+        const response = await this._threadRoute(ctx.route, request, { clear });
+        if (response) throw response;
+        return replaced;
+      },
+    };
+  }
+
+  /** The answer to one of CopilotKit's thread routes, or null (not a thread route). */
+  async _threadRoute(route, request, { clear }) {
+    const method = route?.method;
+    if (typeof method !== "string" || !method.startsWith("threads/")) return null;
+    const json = (value, status = 200) => Response.json(value, { status });
+    const url = new URL(request.url, "http://localhost");
+    const query = url.searchParams;
+    const threadId = route.threadId;
+    if (threadId !== undefined && (typeof threadId !== "string" || !THREAD_ID.test(threadId))) {
+      return json({ error: "Not a thread id" }, 400);
+    }
+    try {
+      switch (method) {
+        case "threads/list": {
+          const limit = Math.min(200, Math.max(1, Number(query.get("limit")) || 50));
+          return json(
+            await this.listThreads({
+              agentId: query.get("agentId") || undefined,
+              includeArchived: query.get("includeArchived") === "true",
+              limit,
+              cursor: query.get("cursor") || undefined,
+            }),
+          );
+        }
+        case "threads/messages":
+          return json({ messages: (await this.getThreadMessages(threadId)).map(threadMessage) });
+        case "threads/events":
+          return json({ events: await this.getThreadEvents(threadId) });
+        case "threads/state":
+          return json({ state: await this.getThreadState(threadId) });
+        case "threads/clear":
+          if (clear) await this.clearThreads({ agentId: query.get("agentId") || undefined });
+          return new Response(null, { status: 204 });
+        case "threads/archive": {
+          const record = await this.updateThread(threadId, { archived: true });
+          return record ? json({ threadId, archived: true }) : json({ error: "Thread not found" }, 404);
+        }
+        case "threads/update": {
+          if (request.method.toUpperCase() === "DELETE") {
+            return (await this.deleteThread(threadId))
+              ? json({ threadId, deleted: true })
+              : json({ error: "Thread not found" }, 404);
+          }
+          let body;
+          try {
+            body = await request.json();
+          } catch {
+            return json({ error: "Invalid request body" }, 400);
+          }
+          const record = await this.updateThread(threadId, body ?? {});
+          return record ? json(record) : json({ error: "Thread not found" }, 404);
+        }
+        default:
+          return null; // threads/subscribe: realtime metadata is Intelligence's; the runtime answers
+      }
+    } catch (err) {
+      if (err instanceof HubHttpError) return json({ error: err.message, code: err.code }, err.status >= 500 ? 502 : err.status);
+      return json({ error: "the hub could not be reached", message: String(err?.message ?? err) }, 502);
+    }
+  }
+
   /** The hub's name of `agent` (see `hubAgents`), or null: the runtime runs it. */
   hubAgent(agent, input) {
     const named = this.hubAgents;
@@ -296,6 +516,24 @@ class HubResumedRun {
   }
 }
 
+/** A message as CopilotKit's `GET /threads/{id}/messages` answers it (its local fallback's
+ * shape: an assistant's tool calls as `{id, name, args}`). */
+function threadMessage(msg) {
+  if (msg.role === "assistant") {
+    const toolCalls = msg.toolCalls ?? [];
+    return {
+      id: msg.id,
+      role: msg.role,
+      ...(msg.content !== undefined ? { content: msg.content } : {}),
+      ...(toolCalls.length > 0
+        ? { toolCalls: toolCalls.map((tc) => ({ id: tc.id, name: tc.function.name, args: tc.function.arguments })) }
+        : {}),
+    };
+  }
+  if (msg.role === "tool") return { id: msg.id, role: msg.role, content: msg.content, toolCallId: msg.toolCallId };
+  return { id: msg.id, role: msg.role, ...("content" in msg && msg.content !== undefined ? { content: msg.content } : {}) };
+}
+
 /** Open a WebSocket and wait for its hub.welcome; frames after it go to `onFrame`. */
 function openHubSocket(WebSocketImpl, url, onFrame, onClose) {
   return new Promise((resolve, reject) => {
@@ -363,6 +601,7 @@ class HubRun {
     if (!WebSocketImpl) throw new TypeError("AguiHubRunner needs a WebSocket constructor (Node: the ws package)");
     const view = await runner.thread(threadId);
     if (view.run != null) throw new Error(THREAD_RUNNING);
+    this.newThread = view.epoch == null;
     if (this.over) return;
     // The watch first, so that a run ended from elsewhere is seen whenever it happens.
     await this._watch();
@@ -433,7 +672,9 @@ class HubRun {
       const index = frame.value?.frame;
       const sent = Number.isInteger(index) ? this.frames[index - 1] : undefined;
       if (!sent) {
-        this._fail(new Error(`the hub: ${code}: ${message}`));
+        const err = new Error(`the hub: ${code}: ${message}`);
+        err.code = code;
+        this._fail(err);
         return;
       }
       sent.rejected = frame.value;
@@ -464,6 +705,7 @@ class HubRun {
         const sent = this.frames[this.settled++];
         if (sent.rejected) continue;
         if (sent.emit) this.events.next(sent.event);
+        if (sent.event.type === "RUN_STARTED") this._tag();
         if (TERMINAL.has(sent.event.type)) this._finish();
       }
       if (this._ending) this._ended(false);
@@ -548,6 +790,19 @@ class HubRun {
     this._finish();
   }
 
+  /**
+   * A thread this run created is tagged with the CopilotKit agent that ran it
+   * (`metadata.copilotkit.agentId`), which listThreads() reports and filters on: the hub itself
+   * knows only the agents it runs. Only a new thread: its metadata is null, nothing is replaced.
+   */
+  _tag() {
+    const agentId = this.agent?.agentId;
+    if (!this.newThread || this._tagging || typeof agentId !== "string" || agentId === "") return;
+    this._tagging = this.runner
+      ._http("PATCH", `/v1/threads/${this.threadId}`, { metadata: { copilotkit: { agentId } } })
+      .catch(() => {}); // the run goes on untagged
+  }
+
   _started() {
     return this.frames.some((f) => f.event.type === "RUN_STARTED" && !f.rejected);
   }
@@ -567,8 +822,13 @@ class HubRun {
     this.over = true;
     clearTimeout(this._endTimer);
     this._close();
-    this.events.complete();
-    this._resolveDone();
+    const complete = () => {
+      this.events.complete();
+      this._resolveDone();
+    };
+    // The tag goes with the run: once run() completes, listThreads() shows the thread's agent.
+    if (this._tagging) this._tagging.finally(complete);
+    else complete();
   }
 
   _fail(err) {
@@ -576,6 +836,14 @@ class HubRun {
     this.over = true;
     this._abortAgent();
     this._close();
+    // A refused run, or a thread deleted under it: said as a RUN_ERROR too, which the runtime's
+    // response carries to the browser (the runtime only logs the Observable's error, and its
+    // stream would end empty).
+    if (err?.message === THREAD_RUNNING) {
+      this.events.next({ type: "RUN_ERROR", message: THREAD_RUNNING, code: "run_in_progress" });
+    } else if (err?.code === "thread_deleted") {
+      this.events.next({ type: "RUN_ERROR", message: err.message, code: "thread_deleted" });
+    }
     this.events.error(err);
     this._resolveDone();
   }

@@ -5,7 +5,8 @@
 //   AGUI_HUB_URL          http://127.0.0.1:PORT of the hub (the demo agent writes thread `demo`)
 //   AGUI_BOARD_FIXTURE    a JSON file: an operator board (hub/receipts/board.py's shape)
 //   AGUI_ARTIFACTS        where screenshots go (default: test-artifacts/screenshots)
-//   AGUI_README_SCREENSHOT  if set, the document page's screenshot is also written there
+//   AGUI_README_SCREENSHOT  if set, the document page's screenshot (a question answered) is also
+//                         written there
 //   CHROMIUM              the browser (default /usr/bin/chromium)
 //
 // The tests run in order and share one browser and three tabs: A and B on the document, C on the
@@ -82,8 +83,10 @@ async function openTab(name, path) {
       : await context.newPage();
   await page.setViewportSize(VIEWPORT);
   page.on("console", (m) => {
-    // A socket refused while the tab is offline is expected; anything else is a problem.
-    if (m.type() === "error" && !/WebSocket connection .* failed/.test(m.text())) problems.push(`${name}: ${m.text()}`);
+    // A socket refused while the tab is offline is expected, and so is the thread list's poll
+    // failing then (net::ERR_INTERNET_DISCONNECTED); anything else is a problem.
+    const offline = /WebSocket connection .* failed|net::ERR_INTERNET_DISCONNECTED/;
+    if (m.type() === "error" && !offline.test(m.text())) problems.push(`${name}: ${m.text()}`);
   });
   page.on("pageerror", (e) => problems.push(`${name}: page error: ${e.message}`));
   await page.goto(HUB + path);
@@ -371,8 +374,7 @@ test("two tabs editing the same field: one wins, the other sees a visible confli
   assert.equal((await client(tabs[loser])).snapshots.conflict, 1, "the loser was repaired with a snapshot");
   assert.equal(await shownResyncs(tabs[loser], "conflict"), 1);
   assert.equal((await client(tabs[winner])).snapshots.conflict, undefined);
-  const path = await shot(tabs[loser], "doc-conflict");
-  if (README_SHOT) copyFileSync(path, README_SHOT);
+  await shot(tabs[loser], "doc-conflict");
   await shot(tabs[loser], "doc-full", { fullPage: true });
 });
 
@@ -477,7 +479,9 @@ test("a message typed in one tab is answered by the agent, streamed into both ta
   const hub = await assertConverged([a, b, tabs.C]);
   assert.ok(hub.state.sections.some((s) => s.title === section && s.by === "agent"));
   assert.ok(hub.messages.some((m) => m.role === "user" && m.content === words));
-  await shot(a, "doc-ask");
+  // The README's picture: the document, its threads and who is here, a question and its reply.
+  const path = await shot(a, "doc-ask");
+  if (README_SHOT) copyFileSync(path, README_SHOT);
 });
 
 test("the operator board renders a receipts board and follows its deltas", async () => {

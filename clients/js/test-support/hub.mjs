@@ -31,9 +31,10 @@ process.on("exit", () => {
   for (const hub of started) hub.proc.kill("SIGKILL");
 });
 
-/** Start `agui-hub serve` on 127.0.0.1 with a free port and the memory store. */
-export async function startHub(args = [], { timeout = 15_000 } = {}) {
-  const cmd = ["serve", "--host", "127.0.0.1", "--port", "0", "--store", "memory://", ...args];
+/** Start `agui-hub serve` on 127.0.0.1 with a free port and the memory store (or `store`, e.g.
+ * a Redis URL that several hubs share). */
+export async function startHub(args = [], { timeout = 15_000, store = "memory://" } = {}) {
+  const cmd = ["serve", "--host", "127.0.0.1", "--port", "0", "--store", store, ...args];
   const proc = spawn(HUB_BIN, cmd, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   const keep = (chunk) => {

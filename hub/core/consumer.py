@@ -14,6 +14,12 @@ state, in a stream the official AG-UI client accepts:
 3. ``STATE_SNAPSHOT`` and ``MESSAGES_SNAPSHOT`` (without items about to be re-opened);
 4. re-open what is still streaming: its start event and its content so far.
 
+An item still streaming whose message is gone (a producer's ``MESSAGES_SNAPSHOT`` left it out:
+the official client drops it, and what still streams into it goes nowhere) is re-opened
+*before* the snapshots instead, its start alone: the client must hold the item open to take
+the events that follow, and the ``MESSAGES_SNAPSHOT`` then drops the message the start made,
+so a copy ends without it, as the thread and a client that watched from the start hold it.
+
 A fresh join is the same computation from an empty view, which yields the join prefix
 (``RUN_STARTED``, ``STATE_SNAPSHOT``, ``MESSAGES_SNAPSHOT``, re-opened items).
 """
@@ -126,9 +132,15 @@ def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:
     if thread.run is not None and not same_run:
         frames.append(thread.run)
     reopen = [key for key in thread.open if key not in kept]
+    # The chunked item's message is never gone (a snapshot ends a chunk stream); were it, a
+    # chunk re-opening it ahead of the snapshots would be ended by them in the client.
+    gone = [k for k in reopen if k != thread.chunked and not _holds(thread, k)]
+    frames.extend(_ghost(thread, key) for key in gone)
     frames.append({"type": "STATE_SNAPSHOT", "snapshot": thread.state})
     frames.append({"type": "MESSAGES_SNAPSHOT", "messages": _messages_without(thread, reopen)})
     for key in reopen:
+        if key in gone:
+            continue
         start = thread.open[key]
         content = _content_so_far(thread, key)
         if key == thread.chunked:
@@ -151,6 +163,32 @@ def _at(event: Event, position: dict[str, Any]) -> Event:
     metadata = dict(event.get("metadata") or {})
     metadata["hub"] = position
     return {**event, "metadata": metadata}
+
+
+def _ghost(thread: Thread, key: str) -> Event:
+    """The start re-opening an item whose message is gone, ahead of the snapshots: what it
+    makes must be a message the thread does not hold, so that the ``MESSAGES_SNAPSHOT``
+    drops it. A tool call's start names no parent (the call lands in a message of its own
+    id), or one nobody holds if the thread holds a message of the call's id."""
+    start = {k: v for k, v in thread.open[key].items() if k != "parentMessageId"}
+    if key.startswith("tool:"):
+        parent = str(start["toolCallId"])
+        while thread.messages.get(parent) is not None:
+            parent += "~"
+        if parent != start["toolCallId"]:
+            start["parentMessageId"] = parent
+    return start
+
+
+def _holds(thread: Thread, key: str) -> bool:
+    """Whether the thread holds what a streaming item streams into (its message, its tool
+    call); an item that streams into no message (a step, a phase, a subagent) holds it."""
+    kind, item_id = key.split(":", 1)
+    if kind == "tool":
+        return thread.messages.tool_call(item_id) is not None
+    if kind in ("text", "reasoning"):
+        return thread.messages.get(item_id) is not None
+    return True
 
 
 def _content_so_far(thread: Thread, key: str) -> str:

@@ -14,7 +14,7 @@ caller, which follows what is streaming (:mod:`hub.core.streaming`), says it wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from .messages import MessageLog
 from .streaming import CHUNKS, STREAMING, Event
@@ -68,17 +68,11 @@ def chunk_opener(kind: str, item_id: str, event: Event) -> Event:
     return start
 
 
-def fold(
-    messages: MessageLog,
-    event: Event,
-    chunk: tuple[str, bool] | None = None,
-    streaming: Iterable[str] = (),
-) -> Event | None:
+def fold(messages: MessageLog, event: Event, chunk: tuple[str, bool] | None = None) -> Event | None:
     """Fold one event into ``messages``. For a chunk event, ``chunk`` is ``(item id, opens)``:
     the item it streams into, and whether it opens (or re-opens) it rather than continuing the
     chunked item; the answer is then the start event an opening chunk stands for
-    (:func:`chunk_opener`), else None. ``streaming``: the items open (``text:ID``...), which a
-    ``MESSAGES_SNAPSHOT`` does not drop.
+    (:func:`chunk_opener`), else None.
 
     Raises KeyError or TypeError for an event missing what it needs, PatchFailed or
     MalformedPatch for an ``ACTIVITY_DELTA`` that does not apply, InvalidSequence for one on a
@@ -89,9 +83,6 @@ def fold(
         if chunk is None:
             raise KeyError(f"{kind} needs the item it streams into")
         return _chunk(messages, event, CHUNKS[kind][0], *chunk)
-    if kind == "MESSAGES_SNAPSHOT":
-        messages.replace_all(event["messages"], streaming, event.get("metadata"))
-        return None
     handler = _FOLDS.get(kind)
     if handler is not None:
         handler(messages, event)
@@ -132,6 +123,10 @@ def _run_started(messages: MessageLog, event: Event) -> None:
     history = given.get("messages") if isinstance(given, dict) else None
     if isinstance(history, list):
         messages.add_history(history)
+
+
+def _messages_snapshot(messages: MessageLog, event: Event) -> None:
+    messages.replace_all(event["messages"], event.get("metadata"))
 
 
 def _text_start(messages: MessageLog, event: Event) -> None:
@@ -208,6 +203,7 @@ def _activity_delta(messages: MessageLog, event: Event) -> None:
 
 _FOLDS: dict[str, Callable[[MessageLog, Event], None]] = {
     "RUN_STARTED": _run_started,
+    "MESSAGES_SNAPSHOT": _messages_snapshot,
     "TEXT_MESSAGE_START": _text_start,
     "TEXT_MESSAGE_CONTENT": _content,
     "TEXT_MESSAGE_END": _text_end,

@@ -61,7 +61,6 @@ def _without_null_subagent(message: Message) -> Message:
 def reconcile(
     held: list[Message],
     snapshot: list[Message],
-    keep: frozenset[str] = frozenset(),
     metadata: Any = None,
 ) -> list[Message]:
     """MESSAGES_SNAPSHOT reconciliation, as AG-UI 1.0 states it and ``@ag-ui/client`` does it.
@@ -72,7 +71,6 @@ def reconcile(
       unless the snapshot carries one, and ``activity`` messages: unless the snapshot
       carries one, or, when its ``metadata`` names the activity types it is complete for
       (:func:`authoritative_activity_types`), those of the types it names (all for null);
-    - held messages whose id is in ``keep`` are never dropped (they keep their position);
     - a ``subagentRunId: null`` in a snapshot message is left out, as the client leaves it.
     """
     snapshot = [_without_null_subagent(m) for m in snapshot]
@@ -98,7 +96,7 @@ def reconcile(
             if mid not in placed:
                 result.append(by_id[mid])
                 placed.add(mid)
-        elif mid in keep or preserved(m):
+        elif preserved(m):
             result.append(m)
     for m in snapshot:
         if m["id"] not in placed:
@@ -210,28 +208,16 @@ class MessageLog:
                 found[item_id] = self._by_id[item_id]
         return found
 
-    def replace_all(
-        self, snapshot: list[Message], streaming: Iterable[str] = (), metadata: Any = None
-    ) -> None:
+    def replace_all(self, snapshot: list[Message], metadata: Any = None) -> None:
         """Reconcile with a MESSAGES_SNAPSHOT (its ``metadata`` too: see :func:`reconcile`).
 
-        ``streaming`` names the items still streaming (``text:ID``, ``reasoning:ID``,
-        ``tool:ID``): a snapshot cannot drop the message they stream into, or the content
-        still to come would have nowhere to go; such a message is kept in its place.
+        A message still streaming that the snapshot leaves out is dropped, as the official
+        client drops it (a tool call too, with the message holding it): what still streams
+        into it goes nowhere, there as here.
         """
         self._join()
-        streaming = list(streaming)
-        keep = frozenset(self.streaming_into(streaming))
-        calls = [
-            (self._tool_parent[key[5:]], call)
-            for key in streaming
-            if key.startswith("tool:") and (call := self.tool_call(key[5:])) is not None
-        ]
-        self._items = reconcile(self._items, copy.deepcopy(snapshot), keep, metadata)
+        self._items = reconcile(self._items, copy.deepcopy(snapshot), metadata)
         self._reindex()
-        for parent_id, call in calls:  # a streaming call the snapshot left out goes back
-            if self.tool_call(call["id"]) is None:
-                self._place_call(call, parent_id)
 
     def add_history(self, messages: list[Message]) -> None:
         """A ``RUN_STARTED``'s ``input.messages``: those not held are appended, in order, as

@@ -162,13 +162,26 @@ def test_every_other_change_sees_the_streamed_text_joined() -> None:
     log.append_tool_args("c", "{")
     log.append_tool_args("c", "}")
     # A snapshot that keeps "a" while it streams sees what was streamed so far.
-    log.replace_all([m("u", "user", "hi")], streaming=["text:a", "tool:c"])
+    log.replace_all([{**log.items[0]}, m("u", "user", "hi")])
     assert [(x["id"], x.get("content")) for x in log.items] == [("a", "hello"), ("u", "hi")]
     assert log.tool_call("c")["function"]["arguments"] == "{}"  # type: ignore[index]
     log.append_text("a", "!")
     log.add_tool_result("t", "c", "done")
     assert log.items[0]["content"] == "hello!"
     assert len(log.items) == 3
+
+
+def test_a_snapshot_drops_a_message_still_streaming_and_later_content_goes_nowhere() -> None:
+    """As the official client: what still streams into a dropped message or call is lost."""
+    log = MessageLog()
+    log.start_text("a", "assistant")
+    log.start_tool_call("c", "f", None)
+    log.append_text("a", "he")
+    log.replace_all([m("u", "user", "hi")])
+    log.append_text("a", "llo")
+    log.append_tool_args("c", "{}")
+    assert log.items == [m("u", "user", "hi")]
+    assert log.tool_call("c") is None
 
 
 def test_appends_to_interleaved_streams_each_go_to_their_own_message() -> None:

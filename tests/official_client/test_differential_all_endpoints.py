@@ -6,12 +6,13 @@ fed to the official client (``@ag-ui/client`` 1.0 ``runAgent``: verifyEvents and
 reducer), must be accepted and end holding exactly the hub's own view of the thread (``GET
 /v1/threads/{id}``) at the position the stream reached.
 
+A producer's MESSAGES_SNAPSHOT may leave out messages still streaming (the client drops them,
+and what still streams into them goes nowhere; so does the hub, and a joiner's repair re-opens
+such an item ahead of its snapshots, which drop what the start made) or carry one (it goes on
+streaming into the snapshot's copy).
+
 What the generator leaves out, and why:
 
-- a MESSAGES_SNAPSHOT that omits a message still streaming: the client drops it (later content
-  goes nowhere) while the hub keeps it, because a joiner's repair re-opens the item and its
-  start would re-create the message; matching the client needs sync_frames
-  (hub/core/consumer.py) to stop re-opening what no message holds;
 - TOOL_CALL_RESULT with a message id already held: the client holds that id twice; the hub's
   messages are keyed by id;
 - chunk streams of a subagent beside the parent's (``subagentRunId`` on chunks, or a tagged
@@ -308,17 +309,18 @@ class Generator:
             self.add(event | {"encryptedValue": f"enc{self.n}"}, closes_chunk=False)
 
     def messages_snapshot(self) -> None:
-        """A producer's snapshot: some of the held messages (never one still streaming, see
-        the module's docstring) and a new user message."""
+        """A producer's snapshot: a new user message, and now and then one of the messages
+        still streaming (the rest of its stream continues the snapshot's copy); the others
+        are dropped, those still streaming too (what streams into them goes nowhere)."""
         rng = self.rng
-        streaming = {k.split(":", 1)[1] for k in self.open if k.split(":")[0] != "step"}
-        if streaming:  # its content is not known here: let the hub's join test this case
-            return
         uid = self.fresh("u")
-        snapshot: Event = {
-            "type": "MESSAGES_SNAPSHOT",
-            "messages": [{"id": uid, "role": "user", "content": "edited"}],
-        }
+        messages: list[Event] = [{"id": uid, "role": "user", "content": "edited"}]
+        streaming = [k for k in self.open if k.split(":")[0] in ("text", "reasoning")]
+        if streaming and rng.random() < 0.4:
+            kind, mid = rng.choice(streaming).split(":", 1)
+            role = "reasoning" if kind == "reasoning" else "assistant"
+            messages.insert(0, {"id": mid, "role": role, "content": "kept "})
+        snapshot: Event = {"type": "MESSAGES_SNAPSHOT", "messages": messages}
         if rng.random() < 0.3:
             types = rng.choice([None, ["plan"], ["other"]])
             snapshot["metadata"] = {"@ag-ui/client": {"authoritativeActivityTypes": types}}

@@ -7,6 +7,7 @@ what the thread sequenced, and both must hold the same."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -178,3 +179,63 @@ def test_a_joiner_inside_a_run_with_input_messages_holds_them_where_the_thread_d
     assert verdict["ok"], verdict.get("error")
     assert [m["id"] for m in thread.view()["messages"]] == ["m1", "u2", "m3"]
     assert without_positions(verdict["messages"]) == thread.view()["messages"]
+
+
+def test_a_snapshot_dropping_messages_still_streaming_drops_them_for_every_joiner() -> None:
+    """A producer's MESSAGES_SNAPSHOT that leaves out a text message, a reasoning message and a
+    tool call still streaming: the client drops them and what still streams into them goes
+    nowhere; so does the thread. A joiner's repair re-opens those items ahead of its
+    snapshots (which drop what the starts made), even where a message took a gone call's id."""
+    from hub.core.consumer import ConsumerView, sync_frames
+
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    snapshot = [
+        {"id": "u1", "role": "user", "content": "edited"},
+        {"id": "r0", "role": "reasoning", "content": "kept"},  # so reasoning is dropped too
+    ]
+    events = [
+        run(1),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "before "},
+        {"type": "REASONING_MESSAGE_START", "messageId": "rm1", "role": "reasoning"},
+        {"type": "REASONING_MESSAGE_CONTENT", "messageId": "rm1", "delta": "thinking"},
+        {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "f"}
+        | {"parentMessageId": "m1"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": '{"a"'},
+        {"type": "MESSAGES_SNAPSHOT", "messages": snapshot},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "after"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": ": 1}"},
+        {"type": "TOOL_CALL_START", "toolCallId": "c3", "toolCallName": "g"}
+        | {"parentMessageId": "c1"},  # a message named after the gone call
+        {"type": "REASONING_MESSAGE_CONTENT", "messageId": "rm1", "delta": " more"},
+        {"type": "TOOL_CALL_END", "toolCallId": "c3"},
+        {"type": "TOOL_CALL_END", "toolCallId": "c1"},
+        {"type": "REASONING_MESSAGE_END", "messageId": "rm1"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1"},
+        {"type": "TOOL_CALL_RESULT", "messageId": "res1", "toolCallId": "c1", "content": "ok"},
+        finished(1),
+    ]
+    thread = Thread(T, "e")
+    joins: list[tuple[int, list[Event]]] = []  # (position, the join's frames)
+    live: list[Event] = []
+    for event in events:
+        if thread.run is not None:
+            joins.append((len(live), copy.deepcopy(sync_frames(thread, ConsumerView()))))
+        outcome = thread.publish(event)
+        assert outcome.error is None, (event, outcome.error)
+        live += outcome.events
+    view = thread.view()
+    calls = [{"id": "c3", "type": "function", "function": {"name": "g", "arguments": ""}}]
+    assert view["messages"] == [
+        *snapshot,
+        {"id": "c1", "role": "assistant", "toolCalls": calls},
+        {"id": "res1", "role": "tool", "toolCallId": "c1", "content": "ok"},
+    ]
+    streams: list[tuple[list[Event], Any, Any]] = [(live, None, None)]
+    streams += [([*join, *live[at:]], None, None) for at, join in joins]
+    verdicts = harness.replay_many(streams)
+    for at, verdict in enumerate(verdicts):
+        assert verdict["ok"], (at, verdict.get("error"))
+        assert verdict["state"] == view["state"], at
+        assert without_positions(verdict["messages"]) == view["messages"], at

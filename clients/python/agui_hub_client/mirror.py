@@ -309,7 +309,7 @@ class Mirror:
         elif kind in CHUNKS:
             chunk = self._chunk_target(CHUNKS[kind][0], event.get(CHUNKS[kind][1]), sync)
         # What the hub's thread does with it (hub.core.fold), as the official client does.
-        fold(self.messages, event, chunk, self.streaming.open)
+        fold(self.messages, event, chunk)
 
     def _require_open(self, message_id: str) -> None:
         # The hub forwards content only for a message it has open; we must have it open too.

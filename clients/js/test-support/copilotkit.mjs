@@ -13,11 +13,12 @@ process.on("exit", () => {
   for (const runtime of started) runtime.proc.kill("SIGKILL");
 });
 
-/** Start a runtime process on the hub node `hubUrl`: resolves once it listens. */
-export async function startRuntime(hubUrl, { timeout = 20_000 } = {}) {
+/** Start a runtime process on the hub node `hubUrl`: resolves once it listens (`pageDir`: a
+ * page it serves from the same origin, at `/`). */
+export async function startRuntime(hubUrl, { timeout = 20_000, pageDir } = {}) {
   const proc = spawn(process.execPath, [join(HERE, "copilotkit-runtime.mjs"), hubUrl], {
     cwd: join(HERE, ".."),
-    env: { ...process.env, COPILOTKIT_TELEMETRY_DISABLED: "true" },
+    env: { ...process.env, COPILOTKIT_TELEMETRY_DISABLED: "true", ...(pageDir ? { PAGE_DIR: pageDir } : {}) },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let log = "";

@@ -20,7 +20,7 @@
 // - Streaming items are followed the way the hub follows what it sent this consumer, so chunk
 //   events continue or restart a message exactly as the hub's thread does, across repairs too.
 
-import { MessageLog } from "./messages.js";
+import { fold, MESSAGE_EVENTS, MessageLog } from "./messages.js";
 import { applyPatch, checkPatch, cloneJson, parsePointer, PatchFailed, MalformedPatch } from "./patch.js";
 
 export const GAP = "gap";
@@ -34,30 +34,40 @@ export const STREAMING = {
   reasoning: ["REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END", "messageId"],
   tool: ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId"],
 };
-const STARTS = new Map(Object.entries(STREAMING).map(([kind, spec]) => [spec[0], kind]));
-const ENDS = new Map(Object.entries(STREAMING).map(([kind, spec]) => [spec[2], kind]));
+// What the mirror follows as streaming: those, and a subagent's invocation (AG-UI 1.0), open
+// from SUBAGENT_STARTED to SUBAGENT_FINISHED or SUBAGENT_ERROR, which the hub re-opens too.
+const FOLLOWED = {
+  ...STREAMING,
+  subagent: ["SUBAGENT_STARTED", null, "SUBAGENT_FINISHED", "subagentRunId"],
+};
+const STARTS = new Map(Object.entries(FOLLOWED).map(([kind, spec]) => [spec[0], kind]));
+const ENDS = new Map([
+  ...Object.entries(FOLLOWED).map(([kind, spec]) => [spec[2], kind]),
+  ["SUBAGENT_ERROR", "subagent"],
+]);
 const CHUNKS = {
   TEXT_MESSAGE_CHUNK: ["text", "messageId"],
   REASONING_MESSAGE_CHUNK: ["reasoning", "messageId"],
   TOOL_CALL_CHUNK: ["tool", "toolCallId"],
 };
-/** Events that change the state, and events that change the messages. */
-export const STATE_EVENTS = new Set(["STATE_SNAPSHOT", "STATE_DELTA"]);
-export const MESSAGE_EVENTS = new Set([
-  "MESSAGES_SNAPSHOT",
-  "TEXT_MESSAGE_START",
-  "TEXT_MESSAGE_CONTENT",
-  "TEXT_MESSAGE_CHUNK",
-  "REASONING_MESSAGE_START",
-  "REASONING_MESSAGE_CONTENT",
-  "REASONING_MESSAGE_CHUNK",
-  "TOOL_CALL_START",
-  "TOOL_CALL_ARGS",
-  "TOOL_CALL_CHUNK",
-  "TOOL_CALL_RESULT",
+/**
+ * Events that do not end a chunk stream (as the official client turns chunks into events): the
+ * chunks themselves, and what does not speak for the agent the chunks come from
+ * (hub/core/streaming.py KEEP_CHUNKED).
+ */
+const KEEP_CHUNKED = new Set([
+  ...Object.keys(CHUNKS),
+  "RAW",
   "ACTIVITY_SNAPSHOT",
   "ACTIVITY_DELTA",
+  "REASONING_ENCRYPTED_VALUE",
+  "SUBAGENT_STARTED",
+  "SUBAGENT_FINISHED",
+  "SUBAGENT_ERROR",
 ]);
+/** Events that change the state, and events that change the messages. */
+export const STATE_EVENTS = new Set(["STATE_SNAPSHOT", "STATE_DELTA"]);
+export { MESSAGE_EVENTS };
 /** Bounds the hub puts on a hub.resync "holding" claim (hub/wire/control.py). */
 const MAX_HOLDING_ITEMS = 256;
 const MAX_ID_LENGTH = 256;
@@ -317,7 +327,6 @@ export class Mirror {
   }
 
   _effect(event, kind, sync) {
-    const messages = this.messages;
     switch (kind) {
       case "STATE_SNAPSHOT":
         if (!("snapshot" in event)) throw new LocalFailure("no 'snapshot'");
@@ -331,57 +340,22 @@ export class Mirror {
         if (!Array.isArray(list) || !list.every((m) => m && typeof m.id === "string")) {
           throw new LocalFailure("'messages' is not a list of messages");
         }
-        messages.replaceAll(list, this.open);
-        return;
+        break;
       }
-      case "TEXT_MESSAGE_START":
-        messages.startText(need(event, "messageId"), event.role || "assistant");
-        return;
-      case "REASONING_MESSAGE_START":
-        messages.startText(need(event, "messageId"), "reasoning");
-        return;
       case "TEXT_MESSAGE_CONTENT":
       case "REASONING_MESSAGE_CONTENT":
         this._requireOpen(need(event, "messageId"));
-        messages.appendText(event.messageId, need(event, "delta"));
-        return;
-      case "TOOL_CALL_START":
-        messages.startToolCall(
-          need(event, "toolCallId"),
-          need(event, "toolCallName"),
-          event.parentMessageId ?? null,
-        );
-        return;
+        need(event, "delta");
+        break;
       case "TOOL_CALL_ARGS":
         this._requireCall(need(event, "toolCallId"));
-        messages.appendToolArgs(event.toolCallId, need(event, "delta"));
-        return;
-      case "TOOL_CALL_RESULT":
-        messages.addToolResult(need(event, "messageId"), need(event, "toolCallId"), need(event, "content"));
-        return;
-      case "ACTIVITY_SNAPSHOT":
-        messages.activitySnapshot(
-          need(event, "messageId"),
-          need(event, "activityType"),
-          need(event, "content"),
-          event.replace ?? null,
-        );
-        return;
-      case "ACTIVITY_DELTA":
-        messages.activityDelta(need(event, "messageId"), need(event, "activityType"), need(event, "patch"));
-        return;
-      case "TEXT_MESSAGE_CHUNK":
-        this._textChunk(event, sync);
-        return;
-      case "REASONING_MESSAGE_CHUNK":
-        this._textChunk(event, sync, "reasoning");
-        return;
-      case "TOOL_CALL_CHUNK":
-        this._toolChunk(event, sync);
-        return;
+        need(event, "delta");
+        break;
       default:
-        return; // runs, steps, custom and raw events change neither state nor messages
+        if (!MESSAGE_EVENTS.has(kind)) return; // runs, steps, custom, raw: neither
     }
+    // What the hub's thread does with it (hub/core/fold.py), as the official client does.
+    fold(this.messages, event, kind in CHUNKS ? this._chunkTarget(event, sync) : null);
   }
 
   _requireOpen(messageId) {
@@ -392,7 +366,8 @@ export class Mirror {
   }
 
   _requireCall(toolCallId) {
-    if (this.messages.toolCall(toolCallId) === undefined) {
+    // Open here, or held (a copy started from a saved position): the hub has it open.
+    if (!this.open.has(`tool:${toolCallId}`) && this.messages.toolCall(toolCallId) === undefined) {
       throw new LocalFailure(`no tool call '${toolCallId}'`);
     }
   }
@@ -407,14 +382,15 @@ export class Mirror {
       const itemId = event[idField];
       const key = itemId ? `${item}:${itemId}` : this._chunked;
       if (key !== null && key !== this._chunked) {
-        if (this._chunked !== null) this.open.delete(this._chunked);
+        // (a guessed one stays open, as it may have been opened by a start event)
+        if (this._chunked !== null && !this._chunkGuessed) this.open.delete(this._chunked);
         this._chunked = key;
         this.open.add(key);
       }
       this._chunkGuessed = false;
       return;
     }
-    if (this._chunked !== null) {
+    if (this._chunked !== null && !KEEP_CHUNKED.has(kind)) {
       if (!this._chunkGuessed) this.open.delete(this._chunked);
       this._chunked = null;
       this._chunkGuessed = false;
@@ -426,10 +402,10 @@ export class Mirror {
       this.runId = event.runId ?? null;
     } else if (STARTS.has(kind)) {
       const item = STARTS.get(kind);
-      this.open.add(`${item}:${event[STREAMING[item][3]]}`);
+      this.open.add(`${item}:${event[FOLLOWED[item][3]]}`);
     } else if (ENDS.has(kind)) {
       const item = ENDS.get(kind);
-      this.open.delete(`${item}:${event[STREAMING[item][3]]}`);
+      this.open.delete(`${item}:${event[FOLLOWED[item][3]]}`);
     }
   }
 
@@ -447,12 +423,12 @@ export class Mirror {
       this.runId = event.runId ?? null;
     } else if (ENDS.has(kind)) {
       const item = ENDS.get(kind);
-      const key = `${item}:${event[STREAMING[item][3]]}`;
+      const key = `${item}:${event[FOLLOWED[item][3]]}`;
       this.open.delete(key);
       if (key === this._chunked) this._chunked = null;
     } else if (STARTS.has(kind)) {
       const item = STARTS.get(kind);
-      const key = `${item}:${event[STREAMING[item][3]]}`;
+      const key = `${item}:${event[FOLLOWED[item][3]]}`;
       this.open.add(key);
       if (this._chunked === null || this._chunkGuessed) {
         this._chunked = key;
@@ -470,33 +446,20 @@ export class Mirror {
     }
   }
 
-  /** The item a chunk streams into, and whether it starts (or restarts) it. */
-  _chunkTarget(item, itemId, sync) {
-    const key = itemId ? `${item}:${itemId}` : this._chunked;
+  /**
+   * `[itemId, opens]`: the item a chunk streams into, and whether it opens (or re-opens) it. A
+   * sync chunk re-opens an item with its content so far: it always opens it.
+   */
+  _chunkTarget(event, sync) {
+    const [item, idField] = CHUNKS[event.type];
+    const key = event[idField] ? `${item}:${event[idField]}` : this._chunked;
     if (key === null || !key.startsWith(`${item}:`)) {
       throw new LocalFailure(`a ${item} chunk without an id continues nothing`);
     }
-    return [key.slice(item.length + 1), sync || key !== this._chunked];
-  }
-
-  /** TEXT_MESSAGE_CHUNK, and REASONING_MESSAGE_CHUNK (item "reasoning"). */
-  _textChunk(event, sync, item = "text") {
-    const [id, start] = this._chunkTarget(item, event.messageId, sync);
-    if (start) this.messages.startText(id, item === "reasoning" ? "reasoning" : event.role || "assistant");
-    else if (this.messages.get(id) === undefined) throw new LocalFailure(`no message '${id}'`);
-    if (event.delta) this.messages.appendText(id, event.delta);
-  }
-
-  _toolChunk(event, sync) {
-    const [id, start] = this._chunkTarget("tool", event.toolCallId, sync);
-    if (start) {
-      if (!event.toolCallName) {
-        throw new LocalFailure("the first TOOL_CALL_CHUNK of a call needs toolCallName");
-      }
-      this.messages.startToolCall(id, event.toolCallName, event.parentMessageId ?? null);
-    } else {
-      this._requireCall(id);
+    const opens = sync || key !== this._chunked;
+    if (opens && item === "tool" && !event.toolCallName) {
+      throw new LocalFailure("the first TOOL_CALL_CHUNK of a call needs toolCallName");
     }
-    if (event.delta) this.messages.appendToolArgs(id, event.delta);
+    return [key.slice(item.length + 1), opens];
   }
 }

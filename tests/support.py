@@ -290,13 +290,26 @@ class SseReader:
     async def next(self, timeout: float = 10.0) -> dict[str, Any]:
         async def one() -> dict[str, Any]:
             while len(self.parsed) <= len(self.events):
-                chunk = await anext(self.chunks)
-                self.raw += chunk
-                self.parsed += [json.loads(data) for data in self.parser.feed(chunk)]
+                await self._read()
             self.events.append(self.parsed[len(self.events)])
             return self.events[-1]
 
         return await asyncio.wait_for(one(), timeout)
+
+    async def _read(self) -> None:
+        chunk = await anext(self.chunks)
+        self.raw += chunk
+        self.parsed += [json.loads(data) for data in self.parser.feed(chunk)]
+
+    async def until_id(self, want: str, timeout: float = 10.0) -> None:
+        """Read until the stream gave the ``id:`` ``want`` (a join's position comes in a
+        write of its own, right after the join's frames)."""
+
+        async def read() -> None:
+            while want not in self.ids():
+                await self._read()
+
+        await asyncio.wait_for(read(), timeout)
 
     async def until(self, done: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         start = len(self.events)

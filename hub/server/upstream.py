@@ -9,8 +9,9 @@ Every AG-UI framework serves an agent as ``POST`` of a ``RunAgentInput`` answere
    ``MESSAGES_SNAPSHOT`` of the thread's messages plus those, so every consumer holds them
    before the agent answers. The ``RunAgentInput`` is built in the same change: the state
    and messages it carries are exactly what the run starts from.
-2. ``POST``s it with the agent's configured headers (never the caller's token) and feeds the
-   answer through :class:`~hub.wire.sse.SSEParser`. Each ``data`` payload is decoded,
+2. ``POST``s it with the agent's configured headers (never the caller's token), over
+   :mod:`hub.server.agent_http` (the body a read at a time, chunks decoded in bulk), and feeds
+   the answer through :class:`~hub.wire.sse.SSEParser`. Each ``data`` payload is decoded,
    checked and submitted as an agent connection's frame is (``parse_event``, the guard's
    limits inside the change, pacing, ``Hub.submit``). The agent's own ``RUN_STARTED`` must
    come first and name this run; the hub has published it already, so it is not repeated.
@@ -34,13 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from ag_ui.core import RunAgentInput
 from pydantic import ValidationError
 
@@ -53,7 +54,7 @@ from hub.errors import (
     UnknownAgent,
     UnknownRun,
 )
-from hub.server import interrupts
+from hub.server import agent_http, interrupts
 from hub.server.config import AgentTarget
 from hub.server.guard import Guard
 from hub.server.hub import Hub
@@ -89,7 +90,6 @@ class Upstream:
         self.guard = guard
         self.config = hub.config
         self.runs: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._client: httpx.AsyncClient | None = None
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
 
@@ -98,18 +98,8 @@ class Upstream:
         if self._watch is None:
             self._watch = asyncio.create_task(self._watch_leases(), name="upstream-leases")
 
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.config.agent_timeout),
-                limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
-                trust_env=False,  # no proxy from the environment: the URL is the endpoint
-                follow_redirects=False,
-            )
-        return self._client
-
     async def close(self) -> None:
-        """The node is going away: end its runs (``agent_disconnected``), close the client."""
+        """The node is going away: end its runs (``agent_disconnected``); their requests close."""
         self._closing = True
         if self._watch is not None:
             self._watch.cancel()
@@ -118,8 +108,6 @@ class Upstream:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_TIMEOUT)
-        if self._client is not None:
-            await self._client.aclose()
 
     # -- starting and cancelling ----------------------------------------------------------------
 
@@ -398,10 +386,12 @@ class Upstream:
         """Call the agent and submit what it streams; the code and message to end the run with
         if it is still open when this returns, and whether the agent took the request (False:
         it could not be reached, or refused it with an HTTP error status)."""
-        headers = {**dict(target.headers), "Accept": "text/event-stream"}
+        timeout = self.config.agent_timeout
+        # As httpx's json= wrote it: compact, UTF-8, no NaN.
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         try:
-            async with self.client().stream(
-                "POST", target.url, json=body, headers=headers
+            async with agent_http.post(
+                target.url, data.encode(), target.headers, timeout
             ) as response:
                 if response.status_code >= 400:
                     return "agent_error", f"the agent answered HTTP {response.status_code}", False
@@ -409,18 +399,21 @@ class Upstream:
                 if kind != "text/event-stream":
                     return "agent_error", "the agent's answer is not an event stream", True
                 return (*await self._stream(loaded, response, target, run_id), True)
-        except (httpx.ConnectError, httpx.ConnectTimeout):
+        except agent_http.Unreachable:
             return "agent_unavailable", "the agent could not be reached", False
-        except httpx.TimeoutException:
-            silent = f"the agent was silent for {self.config.agent_timeout:g} s"
-            return "agent_timeout", silent, True
-        except httpx.HTTPError:
+        except agent_http.Silent:
+            return "agent_timeout", f"the agent was silent for {timeout:g} s", True
+        except agent_http.Broken:
             return "agent_error", "the agent's stream broke off", True
         except PeerError as exc:  # the SSE parser's bound (an event past the frame limit)
             return "agent_error", f"the agent's stream is not usable: {exc.message}", True
 
     async def _stream(
-        self, loaded: LoadedThread, response: httpx.Response, target: AgentTarget, run_id: str
+        self,
+        loaded: LoadedThread,
+        response: agent_http.AgentResponse,
+        target: AgentTarget,
+        run_id: str,
     ) -> tuple[str, str]:
         hub, guard = self.hub, self.guard
         parser = SSEParser(max_event=self.config.max_frame)
@@ -444,7 +437,7 @@ class Upstream:
 
         first = True
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.body():
                 if not first and loaded.thread.run_id != run_id:
                     return "cancelled", "the run ended"  # ended from elsewhere: stop
                 for data in parser.feed(chunk):

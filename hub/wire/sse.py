@@ -46,6 +46,15 @@ class SSEParser:
             if buffer.startswith(_BOM):
                 del buffer[: len(_BOM)]
         events: list[str] = []
+        if b"\r" not in buffer:  # LF only, as every AG-UI encoder writes: lines split in C
+            last = buffer.rfind(b"\n")
+            if last >= 0:
+                lines = bytes(buffer[:last]).split(b"\n")
+                del buffer[: last + 1]
+                self._lines(lines, events)
+            if self._size + len(buffer) > self.max_event:
+                self._too_large()
+            return events
         start = 0
         end = len(buffer)
         while start < end:
@@ -67,6 +76,28 @@ class SSEParser:
         if self._size + len(buffer) > self.max_event:
             self._too_large()
         return events
+
+    def _lines(self, lines: list[bytes], events: list[str]) -> None:
+        """:meth:`_line` for each of ``lines``, with the common ``data:`` line first."""
+        data, size, bound = self._data, self._size, self.max_event
+        for raw in lines:
+            if raw[:5] == b"data:":
+                value = raw[6:] if raw[5:6] == b" " else raw[5:]
+                size += len(value) + 1
+                if size > bound:
+                    self._too_large()
+                data.append(value.decode("utf-8", errors="replace"))
+            elif not raw:
+                if data:
+                    events.append(data[0] if len(data) == 1 else "\n".join(data))
+                    data = []
+                size = 0
+            elif raw == b"data":  # a field without a colon: its value is empty
+                size += 1
+                if size > bound:
+                    self._too_large()
+                data.append("")
+        self._data, self._size = data, size
 
     def _line(self, raw: bytes, events: list[str]) -> None:
         if not raw:

@@ -241,8 +241,8 @@ async def test_runs_need_the_write_scope(
 async def test_an_sse_consumer_gets_the_join_the_live_events_with_ids_and_resumes(
     hub: HubProcess, http: httpx.AsyncClient
 ) -> None:
+    watcher = await consumer(hub, "h-sse")  # before the run: it may end in a millisecond
     first = await http.post("/v1/threads/h-sse/runs", json={"agent": "counter"})
-    watcher = await consumer(hub, "h-sse")
     await run_end(watcher, first.json()["runId"])
 
     async with http.stream("GET", "/v1/threads/h-sse/events") as response:
@@ -259,7 +259,8 @@ async def test_an_sse_consumer_gets_the_join_the_live_events_with_ids_and_resume
         held = [e["snapshot"] for e in join if e["type"] == "STATE_SNAPSHOT"][-1]
         assert held == {} or held == {"runs": 1, "log": ["run 1"]}
         epoch = welcome["value"]["epoch"]
-        assert stream.ids()[-1] == f"{epoch}:{at}"  # the position the join brought it to
+        await stream.until_id(f"{epoch}:{at}")  # the position the join brought it to
+        assert stream.ids()[-1] == f"{epoch}:{at}"
         before = len(stream.ids())
         second = await http.post(
             "/v1/threads/h-sse/runs", json={"agent": "counter", "messages": [user("u2", "b")]}

@@ -60,3 +60,46 @@ def test_an_event_larger_than_the_bound_is_refused() -> None:
     parser = SSEParser(max_event=16)
     with pytest.raises(LimitExceeded):
         parser.feed(b"data: 0123456789\ndata: 0123456789\n")
+
+
+#: What AG-UI encoders write (LF only): the parser's fast path, with the same rules.
+LF_STREAM = (
+    b": a comment\n"
+    b'data: {"type":"RUN_STARTED"}\n'
+    b"event: message\n"
+    b"id: 1\n"
+    b"\n"
+    b"data:first\n"
+    b"data: second\n"
+    b"data\n"
+    b"unknown: field\n"
+    b"datax: not data\n"
+    b"\n"
+    b"\n"
+    b"retry: 5\n"
+    b"\n" + "data: caf\u00e9 \u2603\n\n".encode() + b"data: \xff\n\n" + b"data: never ended\n"
+)
+LF_EVENTS = ['{"type":"RUN_STARTED"}', "first\nsecond\n", "caf\u00e9 \u2603", "\ufffd"]
+
+
+@pytest.mark.parametrize("cut", range(len(LF_STREAM) + 1))
+def test_an_lf_stream_cut_in_two_at_every_byte_gives_the_same_events(cut: int) -> None:
+    assert parse([LF_STREAM[:cut], LF_STREAM[cut:]]) == LF_EVENTS
+
+
+def test_an_lf_stream_fed_one_byte_at_a_time_gives_the_same_events() -> None:
+    assert parse([LF_STREAM[i : i + 1] for i in range(len(LF_STREAM))]) == LF_EVENTS
+
+
+def test_a_stream_may_turn_from_lf_to_cr_line_ends_between_chunks() -> None:
+    assert parse([b"data: a\ndata: b", b"\r\n\r", b"\ndata: c\n\n"]) == ["a\nb", "c"]
+
+
+def test_an_lf_event_larger_than_the_bound_is_refused_before_it_ends() -> None:
+    parser = SSEParser(max_event=16)
+    with pytest.raises(LimitExceeded):
+        parser.feed(b"data: 0123456789\ndata: 0123456789\n")
+    parser = SSEParser(max_event=16)
+    assert parser.feed(b"data: 0123456789\n\n") == ["0123456789"]
+    with pytest.raises(LimitExceeded):
+        parser.feed(b"data: 0123456789abcdefg")  # a line not ended yet counts too

@@ -31,6 +31,8 @@ def test_the_subtree_figures_come_from_a_real_run() -> None:
     full, part = map(number, rows["bytes of the joins (all consumers)"])
     assert full > 150_000 * 20, rows  # every full consumer got the whole state once
     assert part < full / 3, rows  # a panel each: a quarter of it, and the envelope
-    assert [number(c) for c in rows["frames per event"]] == [20, 20], rows
+    # A whole-state consumer gets every event; a panel's, only those of its panel.
+    full_frames, part_frames = (number(c) for c in rows["frames per event"])
+    assert full_frames == 20 and part_frames <= 20 / 4 + 1, rows
     for cell in rows["node CPU per event"]:
         assert 0 < number(cell) < 1_000_000, rows

@@ -386,13 +386,25 @@ class Hub:
             await asyncio.sleep(max(0.05, tick))
             now = loop.time()
             for loaded in list(self._watched):
-                beat: Frame | None = None
+                beats: dict[StatePath | None, Frame] = {}
                 for outbox in list(loaded.consumers):
                     outbox.check_slow(now)
                     if outbox.idle and now - outbox.last_sent >= self.config.heartbeat:
-                        thread = loaded.thread
-                        beat = beat or Frame(control.heartbeat(thread.seq, thread.epoch))
+                        beat = beats.get(outbox.path)
+                        if beat is None:
+                            beat = beats[outbox.path] = self._heartbeat(loaded, outbox.path)
                         outbox.reply(beat)
+
+    @staticmethod
+    def _heartbeat(loaded: LoadedThread, path: StatePath | None) -> Frame:
+        """The position an idle consumer was sent everything up to: the thread's, or, for the
+        consumers of a subtree, that of the last frame their group got (the events since did
+        not touch it and were not sent)."""
+        thread = loaded.thread
+        seq = thread.seq
+        if path is not None and loaded.subtrees is not None:
+            seq = loaded.subtrees.last.get(path, seq)
+        return Frame(control.heartbeat(seq, thread.epoch))
 
     def _maybe_unload(self, loaded: LoadedThread) -> bool:
         """Forget a thread nobody uses whose every event is stored (True if it was); it loads

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from hub.core.subtree import UNCHANGED, Delta, Filtered, Snapshot, StatePath, Unchanged, snapshot_of
 from hub.core.thread import Thread
 from hub.server.outbox import LiveFrame
-from hub.wire.codec import JSON, Frame
+from hub.wire.codec import JSON, Frame, decode
 
 if TYPE_CHECKING:
     from hub.server.outbox import Outbox
@@ -29,13 +29,17 @@ Result = Unchanged | Delta | LiveFrame
 class Subtrees:
     """The consumers of one loaded thread that hold a subtree, grouped by path."""
 
-    __slots__ = ("_results", "groups", "thread")
+    __slots__ = ("_results", "groups", "last", "thread")
 
     def __init__(self) -> None:
         self.groups: dict[StatePath, set[Outbox]] = {}
         #: The copy that tells us its deltas (the loaded thread's committed copy).
         self.thread: Thread | None = None
         self._results: dict[int, dict[StatePath, Result]] = {}
+        #: Per path, the seq of the last frame its consumers were sent (or of the thread when
+        #: the group began): the next one says it as ``prev`` when events were left out
+        #: between, and a heartbeat to its idle consumers says it as their position.
+        self.last: dict[StatePath, int] = {}
 
     @property
     def paths(self) -> Collection[StatePath]:
@@ -50,6 +54,9 @@ class Subtrees:
         self._results.clear()
 
     def add(self, outbox: Outbox, path: StatePath) -> None:
+        if path not in self.groups:
+            # Every consumer of the group holds at least this (its join is built from now on).
+            self.last[path] = self.thread.seq if self.thread is not None else 0
         self.groups.setdefault(path, set()).add(outbox)
         if self.thread is not None:
             self.thread.subtrees = self
@@ -61,6 +68,7 @@ class Subtrees:
         group.discard(outbox)
         if not group:
             del self.groups[path]
+            self.last.pop(path, None)
             if not self.groups and self.thread is not None:
                 self.thread.subtrees = None  # nothing to plan: the thread is as without paths
                 self._results.clear()
@@ -92,44 +100,65 @@ class Subtrees:
         self._results.clear()
 
 
-def position_only(frame: LiveFrame) -> LiveFrame:
-    """A ``STATE_DELTA`` of no operations at ``frame``'s position: what a consumer of a subtree
-    the event does not touch gets, so its position stays the thread's (no gap to see)."""
-    hub = frame.event["metadata"]["hub"]
-    return LiveFrame({"type": "STATE_DELTA", "delta": [], "metadata": {"hub": hub}}, frame.held)
+def after(frame: LiveFrame, prev: int) -> LiveFrame:
+    """``frame`` as the consumers of a subtree get it when the frames before it in their
+    stream ended at ``prev``, not at the seq just before it: the events between did not touch
+    their subtree, so nothing was sent for them, and ``metadata.hub.prev`` says so. A consumer
+    holding ``prev`` or later takes it; one holding less lost a frame (a gap)."""
+    event = frame.event
+    metadata = event["metadata"]
+    hub = {**metadata["hub"], "prev": prev}
+    return LiveFrame({**event, "metadata": {**metadata, "hub": hub}}, frame.held)
 
 
 def path_frames(
     subtrees: Subtrees, frames: list[LiveFrame]
 ) -> tuple[dict[StatePath, list[Frame]], set[StatePath]]:
     """The batch ``frames`` as each path's consumers get it, built once per path; and the
-    paths whose results are missing (an event the copy did not plan: repair them)."""
+    paths whose results are missing (an event the copy did not plan: repair them).
+
+    A ``STATE_DELTA`` that does not touch a subtree is not sent to its consumers at all; the
+    next frame they get carries ``prev`` (see :func:`after`), so they still see every gap."""
     out: dict[StatePath, list[Frame]] = {path: [] for path in subtrees.groups}
     broken: set[StatePath] = set()
+    last = subtrees.last
     for frame in frames:
         event = frame.event
         kind = event["type"]
-        if kind == "STATE_DELTA":
-            results = subtrees.take(event["metadata"]["hub"]["seq"]) or {}
-            idle: LiveFrame | None = None
-            for path, built in out.items():
+        seq = event["metadata"]["hub"]["seq"]
+        results = subtrees.take(seq) or {} if kind == "STATE_DELTA" else None
+        shared: dict[int, LiveFrame] = {}  # this frame with each prev, built once
+        for path, built in out.items():
+            mine: LiveFrame
+            if results is not None:
                 result = results.get(path)
                 if result is None:
                     broken.add(path)
-                elif result is UNCHANGED:
-                    idle = idle or position_only(frame)
-                    built.append(idle)
-                elif isinstance(result, Delta):
-                    built.append(LiveFrame({**event, "delta": result.ops}, frame.held))
-                elif isinstance(result, LiveFrame):
+                    continue
+                if result is UNCHANGED:
+                    continue
+                if isinstance(result, Delta):
+                    mine = LiveFrame({**event, "delta": result.ops}, frame.held)
+                else:
+                    assert isinstance(result, LiveFrame)
                     result.held = frame.held
-                    built.append(result)
-        elif kind == "STATE_SNAPSHOT":
-            for path, built in out.items():
+                    mine = result
+                    if last.get(path, seq - 1) != seq - 1:
+                        # Its event holds the live state (gone by now): take its own copy
+                        # back from the bytes it was frozen into, to say prev in.
+                        mine = LiveFrame(decode(result.data(JSON).decode()), frame.held)
+            elif kind == "STATE_SNAPSHOT":
                 snapshot = snapshot_of(event["snapshot"], path)
-                built.append(LiveFrame({**event, "snapshot": snapshot}, frame.held))
-        else:
-            for built in out.values():
-                built.append(frame)
+                mine = LiveFrame({**event, "snapshot": snapshot}, frame.held)
+            else:
+                mine = frame
+            prev = last.get(path, seq - 1)
+            if prev != seq - 1:
+                if mine is frame:
+                    mine = shared.get(prev) or shared.setdefault(prev, after(frame, prev))
+                else:
+                    mine = after(mine, prev)
+            last[path] = seq
+            built.append(mine)
     subtrees.forget()
     return out, broken

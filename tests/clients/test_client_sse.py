@@ -335,9 +335,9 @@ async def test_a_consumer_given_a_path_mirrors_that_subtree_across_a_reconnect(
         Producer(f"{url}/agent") as agent,
         Consumer(url, transport=transport, **options) as part,
     ):
-        await publish(agent, START, set_counter(1))
         outside = {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1}]}
-        await publish(agent, outside)
+        # Nothing is sent to it for the write outside; the next frame says so (prev).
+        await publish(agent, START, outside, set_counter(1))
         await part.wait_for_seq(agent.acked_seq, TIMEOUT)
         assert part.state == {"title": "Draft", "n": 1}
         await part.disconnect()

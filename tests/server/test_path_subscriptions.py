@@ -1,8 +1,10 @@
 """Consumers of part of a state (``?path=``, issue 21 section 4) against real hub processes.
 
 Each consumer's copy, rebuilt from its frames with the seq rules (support.Mirror: a gap fails),
-must equal the subtree of the thread's state; positions stay the thread's, so a consumer whose
-subtree the agent never touches still follows the thread's seq, and resumes."""
+must equal the subtree of the thread's state. Positions stay the thread's: a consumer is sent
+nothing for an event that leaves its subtree alone, and the next frame it gets says where its
+stream was before it (``prev``), so a lost frame is still a gap; heartbeats say the position
+of its stream, and it resumes."""
 
 from __future__ import annotations
 
@@ -92,6 +94,7 @@ async def test_each_consumer_holds_exactly_its_subtree(
         ops = random_ops(rng, model.root, i)
         apply_patch(model, ops)  # the model says it applies: the hub must take every one
         events.append({"type": "STATE_DELTA", "delta": ops})
+    events.append({"type": "CUSTOM", "name": "done", "value": True})  # to every consumer
     for event in events:
         await agent.send(event)
     last = len(events)
@@ -104,13 +107,17 @@ async def test_each_consumer_holds_exactly_its_subtree(
         got = await follow(client, mirror, last)
         assert mirror.doc.root == snapshot_of(state, parse_path(path)), path
         mirrors[path] = got
-    # Filtering happened: a panel's consumer was not sent the other panels' writes.
-    deltas = [e for e in mirrors["/panels/a"] if e["type"] == "STATE_DELTA" and e["delta"]]
+    # Filtering happened: a panel's consumer was not sent the other panels' writes, and was
+    # sent nothing at all for most of the events.
+    deltas = [e for e in mirrors["/panels/a"] if e["type"] == "STATE_DELTA"]
     assert deltas and all(not op["path"].startswith("/panels") for d in deltas for op in d["delta"])
+    assert all(d["delta"] for d in deltas), "no frame of no operations"
+    assert len(mirrors["/panels/a"]) < len(mirrors[""]) / 2
+    assert any("prev" in e["metadata"]["hub"] for e in mirrors["/panels/a"])
     assert any(e["type"] == "STATE_SNAPSHOT" and seq_of(e) != 1 for e in mirrors["/panels/a"])
 
 
-async def test_an_untouched_subtree_gets_no_deltas_yet_follows_and_resumes(
+async def test_an_untouched_subtree_is_sent_nothing_yet_knows_its_position_and_resumes(
     start_hub: Callable[..., HubProcess],
 ) -> None:
     hub = start_hub("--heartbeat", "0.3")
@@ -130,33 +137,49 @@ async def test_an_untouched_subtree_gets_no_deltas_yet_follows_and_resumes(
                 "delta": [{"op": "add", "path": f"/panels/busy{i}", "value": i}],
             }
         )
-    got = await follow(quiet, mirror, 21)
-    # Only position frames: a STATE_DELTA of no operations per event, the thread's seq each.
-    assert [seq_of(e) for e in got] == list(range(2, 22))
-    assert all(e["type"] == "STATE_DELTA" and e["delta"] == [] for e in got)
-    # A heartbeat says where the thread is, which is where the consumer is: no gap.
-    beat = await quiet.recv_until(lambda e: is_custom(e, "hub.heartbeat"), 5)
-    assert beat[-1]["value"]["seq"] == 21 and mirror.seq == 21
-    epoch = beat[-1]["value"]["epoch"]
+    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] == 21)
+    # Nothing for those 20 events; a heartbeat says the consumer's stream is at seq 1, where
+    # it is: no gap.
+    got = await quiet.recv_until(lambda e: is_custom(e, "hub.heartbeat"), 5)
+    assert [e for e in got if e["type"] != "CUSTOM"] == []
+    assert got[-1]["value"]["seq"] == 1 and mirror.seq == 1
+    epoch = got[-1]["value"]["epoch"]
+    # A write inside: its frame says the stream was at 1 before it, so the copy takes it.
+    inside = {"op": "replace", "path": "/panels/quiet/x", "value": 2}
+    await agent.send({"type": "STATE_DELTA", "delta": [inside]})
+    live = await quiet.recv_until(lambda e: e["type"] == "STATE_DELTA")
+    assert seq_of(live[-1]) == 22 and live[-1]["metadata"]["hub"]["prev"] == 1
+    mirror.apply(live[-1])
+    assert mirror.seq == 22 and mirror.doc.root == {"x": 2}
+    # A consumer that lost that frame sees the gap: it held 1, the next frame says prev 22.
+    lossy = Mirror()
+    lossy.seq = 1
+    await agent.send(
+        {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/panels/quiet/w", "value": 0}]}
+    )
+    nxt = await quiet.recv_until(lambda e: e["type"] == "STATE_DELTA")
+    assert nxt[-1]["metadata"]["hub"].get("prev", seq_of(nxt[-1]) - 1) == 22
+    with pytest.raises(AssertionError, match="gap"):
+        lossy.apply(nxt[-1])
     await quiet.close()
     await agent.send(
-        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/panels/quiet/x", "value": 2}]}
+        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/panels/quiet/x", "value": 3}]}
     )
     await agent.send({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/y", "value": 3}]})
-    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] == 23)
-    again = await Client.open(f"{hub.ws}/v1/threads/t?path=/panels/quiet&since=21&epoch={epoch}")
+    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] == 25)
+    again = await Client.open(f"{hub.ws}/v1/threads/t?path=/panels/quiet&since=23&epoch={epoch}")
     welcome = await again.recv()
-    assert is_custom(welcome, "hub.welcome") and welcome["value"]["seq"] == 23
+    assert is_custom(welcome, "hub.welcome") and welcome["value"]["seq"] == 25
     resumed = await again.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
-    assert resumed[0]["type"] == "STATE_SNAPSHOT" and resumed[0]["snapshot"] == {"x": 2}
-    assert seq_of(resumed[0]) == 23
+    assert resumed[0]["type"] == "STATE_SNAPSHOT" and resumed[0]["snapshot"] == {"x": 3, "w": 0}
+    assert seq_of(resumed[0]) == 25
     # ...and live frames go on from there.
     await agent.send(
         {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/panels/quiet/z", "value": 4}]}
     )
-    live = await again.recv_until(lambda e: seq_of(e) == 24)
+    live = await again.recv_until(lambda e: seq_of(e) == 26)
     assert live[-1]["delta"] == [{"op": "add", "path": "/z", "value": 4}]
-    assert subtree_of(hub, "t", "/panels/quiet") == {"x": 2, "z": 4}
+    assert subtree_of(hub, "t", "/panels/quiet") == {"x": 3, "w": 0, "z": 4}
 
 
 async def test_a_resync_sends_the_subtree(hub: HubProcess) -> None:
@@ -212,7 +235,8 @@ async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
             ops = random_ops(rng, model.root, i)
             apply_patch(model, ops)
             await agent.send({"type": "STATE_DELTA", "delta": ops})
-        last = 151
+        await agent.send({"type": "CUSTOM", "name": "done", "value": True})  # to every path
+        last = 152
         await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] == last, 20)
         assert hub.thread("t")["state"] == model.root
         for path, stream in streams.items():
@@ -242,12 +266,14 @@ async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
             mirror.apply(await stream.next())
         assert mirror.doc.root == snapshot_of(model.root, parse_path("/panels/a")) | {"late": 2}
         elsewhere = {"op": "add", "path": "/y", "value": 3}
-        await agent.send({"type": "STATE_DELTA", "delta": [elsewhere]})
+        await agent.send({"type": "STATE_DELTA", "delta": [elsewhere]})  # nothing sent for it
+        await agent.send({"type": "STATE_DELTA", "delta": [{**inside, "value": 4}]})
         live = await stream.next()
         while live["type"] != "STATE_DELTA":  # the rest of the repair (MESSAGES_SNAPSHOT)
             live = await stream.next()
-        assert seq_of(live) == last + 3 and live["delta"] == []  # outside: its position only
-        assert (stream.last_id() or "").endswith(f":{last + 3}")
+        assert seq_of(live) == last + 4 and live["metadata"]["hub"]["prev"] == last + 2
+        assert live["delta"] == [{"op": "add", "path": "/late", "value": 4}]
+        assert (stream.last_id() or "").endswith(f":{last + 4}")
 
 
 async def test_a_bad_path_on_an_event_stream_is_refused_with_400(hub: HubProcess) -> None:

@@ -7,8 +7,10 @@
 // as the Python client's Mirror (clients/python/agui_hub_client/mirror.py); the rules:
 //
 // - Every sequenced event carries metadata.hub = {seq, epoch}. One at or below the held position
-//   is a duplicate and is ignored; seq == position + 1 is applied; anything further ahead is a
-//   gap: ask hub.resync with reason "gap".
+//   is a duplicate and is ignored; seq == position + 1 is applied, and so is one whose prev (the
+//   seq of the frame before it in a subtree consumer's stream, where the events between were not
+//   sent) is at or below the position; anything further ahead is a gap: ask hub.resync with
+//   reason "gap".
 // - An event that fails to apply locally (a STATE_DELTA that does not apply, content for a
 //   message this copy does not hold) leaves the copy untouched (patches are atomic) and asks
 //   hub.resync with reason "patch_failed".
@@ -203,7 +205,10 @@ export class Mirror {
       this.duplicates += 1;
       return step();
     }
-    if (seq > this.seq + 1) {
+    // A subtree's consumer is sent nothing for events that leave its subtree alone; the next
+    // frame says where its stream was before it (prev): holding that much is no gap.
+    const prev = position.prev;
+    if (seq > this.seq + 1 && !(Number.isInteger(prev) && prev <= this.seq)) {
       this._observe(frame);
       return this.resync(GAP);
     }

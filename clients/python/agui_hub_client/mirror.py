@@ -9,8 +9,10 @@ feeding it frames.
 The rules (the hub's consumer contract):
 
 - Every sequenced event carries ``metadata.hub = {seq, epoch}``. One with ``seq`` at or below
-  the held position is a duplicate and is ignored; ``seq == position + 1`` is applied;
-  anything further ahead is a *gap*: ask ``hub.resync`` with reason ``gap``.
+  the held position is a duplicate and is ignored; ``seq == position + 1`` is applied, and so
+  is one whose ``prev`` (the seq of the frame before it in a subtree consumer's stream, where
+  the events between were not sent) is at or below the position; anything further ahead is a
+  *gap*: ask ``hub.resync`` with reason ``gap``.
 - A ``STATE_DELTA`` (or a message event) that fails to apply locally leaves the copy untouched
   (patches are atomic) and asks ``hub.resync`` with reason ``patch_failed``.
 - After asking, live events are ignored until the hub's ``STATE_SNAPSHOT`` sync frame arrives.
@@ -183,7 +185,10 @@ class Mirror:
         if seq <= self.seq:
             self.duplicates += 1
             return Step()
-        if seq > self.seq + 1:
+        prev = position.get("prev")
+        if seq > self.seq + 1 and not (isinstance(prev, int) and prev <= self.seq):
+            # (A subtree's consumer is sent nothing for events that leave its subtree alone;
+            # the next frame says where its stream was before it: prev.)
             self.streaming.follow(frame)
             return self.resync(GAP)
         step = self._apply_live(frame)

@@ -5,7 +5,7 @@ Routes (one port):
 - ``ws     /v1/threads/{id}/agent``         producers (agents)
 - ``ws     /v1/receipts``                   handoff receipts (hub.server.receipts)
 - ``GET    /v1/threads``                    the tenant's threads, newest change first
-- ``GET    /v1/threads/{id}``               ``{threadId, epoch, seq, state, messages, run}``
+- ``GET    /v1/threads/{id}``               the thread (hub.server.transport.http)
 - ``PATCH  /v1/threads/{id}``               name, archive, metadata (hub.server.transport.threads)
 - ``GET    /v1/threads/{id}/events``        a consumer over ``text/event-stream``
 - ``GET    /v1/threads/{id}/presence``      who is on the thread (hub.server.presence)

@@ -1,6 +1,6 @@
 """The HTTP GETs a node serves on its WebSocket port.
 
-- ``GET /v1/threads/{id}``         ``{threadId, epoch, seq, state, messages, run}``
+- ``GET /v1/threads/{id}``         ``{threadId, epoch, seq, state, messages, run, interrupts}``
 - ``GET /healthz``, ``/readyz``, ``/metrics``
 - ``GET /demo/...``, ``/js/...``   the demo pages and the browser client (hub.server.static)
 """

@@ -16,12 +16,15 @@ import pytest
 NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 
 
-def run_bench(*args: str, timeout: float, env: dict[str, str] | None = None) -> str:
-    """The stdout of ``python -m hub.bench ARGS``, which must exit 0 within ``timeout`` seconds
-    and leave none of the processes it started behind."""
+def run_bench(
+    *args: str, timeout: float, env: dict[str, str] | None = None, module: str = "hub.bench"
+) -> str:
+    """The stdout of ``python -m MODULE ARGS`` (``hub.bench``, or one bench of its own such as
+    ``hub.bench.rejoin``), which must exit 0 within ``timeout`` seconds and leave none of the
+    processes it started behind."""
     # Its own session, so that on a timeout the bench and everything it started can be killed.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hub.bench", *args],
+        [sys.executable, "-m", module, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -33,7 +36,7 @@ def run_bench(*args: str, timeout: float, env: dict[str, str] | None = None) -> 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=10)
-        pytest.fail(f"python -m hub.bench {' '.join(args)} took over {timeout:g} s:\n{out}\n{err}")
+        pytest.fail(f"python -m {module} {' '.join(args)} took over {timeout:g} s:\n{out}\n{err}")
     assert proc.returncode == 0, f"the bench failed:\n{out}\n{err}"
     _assert_nothing_left(proc.pid)
     return out

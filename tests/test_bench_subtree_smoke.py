@@ -5,23 +5,16 @@ spent: the filtered joins carry one panel, not the state."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
+
+from bench_support import run_bench
 
 
 def test_the_subtree_figures_come_from_a_real_run() -> None:
     args = ["--consumers", "20", "--panels", "4", "--state-kb", "200", "--seconds", "1"]
-    done = subprocess.run(
-        [sys.executable, "-m", "hub.bench.subtree", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    out = run_bench(*args, timeout=120, module="hub.bench.subtree")
     rows = {
         line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:4]]
-        for line in done.stdout.splitlines()
+        for line in out.splitlines()
         if line.startswith("| ") and "---" not in line
     }
 

@@ -12,8 +12,9 @@ Every AG-UI framework serves an agent as ``POST`` of a ``RunAgentInput`` answere
 2. ``POST``s it with the agent's configured headers (never the caller's token), over
    :mod:`hub.server.agent_http` (the body a read at a time, chunks decoded in bulk), and feeds
    the answer through :class:`~hub.wire.sse.SSEParser`. Each ``data`` payload is decoded,
-   checked and submitted as an agent connection's frame is (``parse_event``, the guard's
-   limits inside the change, pacing, ``Hub.submit``). The agent's own ``RUN_STARTED`` must
+   checked and paced as an agent connection's frame is (``parse_event``, the guard's limits
+   inside the change, a refused event leaving the others be); the events of one read go to
+   ``Hub.submit`` together, as one change. The agent's own ``RUN_STARTED`` must
    come first and name this run; the hub has published it already, so it is not repeated.
 3. ends the run with ``RUN_ERROR`` when the agent does not: ``agent_unavailable`` (cannot
    connect), ``agent_error`` (HTTP >= 400, not an event stream, a payload that is not an
@@ -40,6 +41,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ag_ui.core import RunAgentInput
@@ -47,6 +49,7 @@ from pydantic import ValidationError
 
 from hub.core.thread import Event, Outcome, Thread
 from hub.errors import (
+    HubError,
     InterruptNotOpen,
     MalformedPatch,
     PeerError,
@@ -73,6 +76,8 @@ SUPERSEDE_ATTEMPTS = 5
 
 #: Events of one run submitted and not yet committed; past that the stream is not read.
 MAX_IN_FLIGHT = 256
+#: Events of one read submitted as one change, at most.
+MAX_BATCH = 64
 #: Seconds a cancel (or a draining node) waits for a run to close its request and end.
 STOP_TIMEOUT = 5.0
 #: Seconds a run's lease lasts unless renewed, how often its node renews it, and how often
@@ -419,14 +424,16 @@ class Upstream:
         parser = SSEParser(max_event=self.config.max_frame)
         bucket = guard.connection_bucket()
         tenant = loaded.key.partition("/")[0]
-        pending: deque[asyncio.Future[Outcome]] = deque()
+        pending: deque[tuple[asyncio.Future[Outcome], int]] = deque()
+        in_flight = 0  # events submitted, not yet seen committed
         over: list[bool] = []  # not empty once a commit found the run ended (e.g. cancelled)
 
-        def settled(future: asyncio.Future[Outcome]) -> None:
+        def settled(refused: list[HubError], future: asyncio.Future[Outcome]) -> None:
             if future.cancelled():
                 return
-            error = future.result().error
-            if error is not None:
+            for extra in refused[1:]:  # the first is the outcome's error: the hub counts it
+                hub.metrics.inc("agui_hub_events_rejected_total", code=extra.code)
+            for error in refused:
                 log.warning(
                     "run %s: an event of agent %s was refused: %s",
                     run_id,
@@ -435,22 +442,43 @@ class Upstream:
                     extra=about(loaded.key, run=run_id, code=error.code),
                 )
 
+        async def submit(batch: list[Event]) -> None:
+            """The events of one read (up to a pacing wait) in one change: one future, one
+            place in the thread's next commit, as an agent connection's frames share one."""
+            nonlocal in_flight
+            if hub.behind:
+                await hub.backpressure()
+            refused: list[HubError] = []
+            future = hub.submit(loaded, _publishing(guard, batch, run_id, over, refused))
+            future.add_done_callback(partial(settled, refused))
+            pending.append((future, len(batch)))
+            in_flight += len(batch)
+            while in_flight >= MAX_IN_FLIGHT:
+                oldest, count = pending.popleft()
+                in_flight -= count
+                await asyncio.shield(oldest)
+
         first = True
         try:
             async for chunk in response.body():
                 if not first and loaded.thread.run_id != run_id:
                     return "cancelled", "the run ended"  # ended from elsewhere: stop
+                batch: list[Event] = []
                 for data in parser.feed(chunk):
                     try:
                         frame = decode(data)
                         guard.check_frame(frame)
                         event, warnings = parse_event(frame)
                     except MalformedPatch as exc:
+                        if batch:  # what came before it, first
+                            await submit(batch)
                         await asyncio.shield(
                             hub.submit(loaded, _ending(run_id, exc.message, exc.code))
                         )
                         return "malformed_patch", exc.message
                     except PeerError:
+                        if batch:
+                            await submit(batch)
                         return "agent_error", "the agent sent something that is not AG-UI"
                     if warnings:
                         log.warning(
@@ -464,18 +492,25 @@ class Upstream:
                         if event["type"] != "RUN_STARTED" or event.get("runId") != run_id:
                             return "agent_error", "the agent's stream did not start this run"
                         continue  # the hub published the run's RUN_STARTED already
-                    await hub.backpressure()
-                    await guard.pace(bucket, tenant)
-                    pending.append(hub.submit(loaded, _publishing(guard, event, run_id, over)))
-                    pending[-1].add_done_callback(settled)
+                    delay = guard.take(bucket, tenant)
+                    if delay:  # what the buckets held goes now; this one after the wait
+                        if batch:
+                            await submit(batch)
+                            batch = []
+                        await guard.pace(bucket, tenant, delay)
+                    batch.append(event)
                     if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+                        await submit(batch)
                         await _settle(pending)
                         # A no-op if the run ended; else the thread refused the agent's end.
                         return "agent_error", "the agent's end of the run was refused"
-                    if len(pending) >= MAX_IN_FLIGHT:
-                        await asyncio.shield(pending.popleft())
-                    if over:
-                        return "cancelled", "the run ended"  # ended from elsewhere: stop
+                    if len(batch) >= MAX_BATCH:
+                        await submit(batch)
+                        batch = []
+                if batch:
+                    await submit(batch)
+                if over:
+                    return "cancelled", "the run ended"  # ended from elsewhere: stop
         finally:
             await _settle(pending)
         return "agent_error", "the agent's stream ended before the run did"
@@ -506,17 +541,35 @@ def _input_messages(command: control.Run) -> list[dict[str, Any]]:
     return messages
 
 
-def _publishing(guard: Guard, event: Event, run_id: str, over: list[bool]) -> Change:
-    """Publish an event of the run's stream; once the run was ended (cancelled from another
-    node, say), drop it and say so in ``over`` (the change may run again after a lost race,
-    but a run never reopens, so a mark is never wrong)."""
+def _publishing(
+    guard: Guard, events: list[Event], run_id: str, over: list[bool], refused: list[HubError]
+) -> Change:
+    """Publish events of the run's stream, in order, each checked and published on its own: a
+    refused one (its error in ``refused``; the first is the outcome's) leaves the others be.
+    Once the run was ended (cancelled from another node, say), drop them and say so in
+    ``over``. The change may run again after a lost race (``refused`` is filled anew each
+    time), but a run never reopens, so a mark is never wrong."""
 
     def publish(thread: Thread) -> Outcome:
+        refused.clear()
         if thread.run_id != run_id:
             over.append(True)
             return Outcome()
-        guard.check_event(thread, event)
-        return thread.publish(event)
+        outcome = Outcome()
+        for event in events:
+            try:
+                guard.check_event(thread, event)
+                one = thread.publish(event)
+            except HubError as exc:  # refused before it changed anything
+                refused.append(exc)
+                continue
+            outcome.events += one.events
+            outcome.warnings += one.warnings
+            if one.error is not None:
+                refused.append(one.error)
+        if refused:
+            outcome.error = refused[0]
+        return outcome
 
     return publish
 
@@ -535,8 +588,9 @@ def _ending(run_id: str, message: str, code: str, reopen: list[Any] | None = Non
     return end
 
 
-async def _settle(pending: deque[asyncio.Future[Outcome]]) -> None:
+async def _settle(pending: deque[tuple[asyncio.Future[Outcome], int]]) -> None:
     if pending:
+        futures = [future for future, _ in pending]
         with contextlib.suppress(Exception):
-            await asyncio.shield(asyncio.gather(*pending, return_exceptions=True))
+            await asyncio.shield(asyncio.gather(*futures, return_exceptions=True))
         pending.clear()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?")
+_SIZE_LINE_RE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
 _SIZE_LINE, _DATA_END, _TRAILER, _DONE = range(4)
 
 
@@ -68,6 +68,21 @@ class ChunkedDecoder:
                 pos += 2
                 state = _SIZE_LINE
             else:  # a size line, or a trailer line after the last chunk
+                if state == _SIZE_LINE:
+                    line = _SIZE_LINE_RE.match(buffer, pos)
+                    if line is not None and line.end() - pos <= self.max_line + 2:  # one match
+                        size = int(line.group(1), 16)
+                        pos = line.end()
+                        if not size:
+                            state = _TRAILER
+                        elif (
+                            pos + size + 2 <= end and buffer[pos + size : pos + size + 2] == b"\r\n"
+                        ):
+                            out.append(buffer[pos : pos + size])  # the whole chunk: one step
+                            pos += size + 2
+                        else:
+                            left = size
+                        continue
                 eol = buffer.find(b"\r\n", pos, pos + self.max_line + 2)
                 if eol < 0:
                     if end - pos > self.max_line:
@@ -80,15 +95,7 @@ class ChunkedDecoder:
                         state = _DONE
                         break
                     continue
-                match = _SIZE.fullmatch(buffer, pos, eol)
-                if match is None:
-                    raise BadChunk("a chunk's size line is not a hex number")
-                size = int(match.group(1), 16)
-                pos = eol + 2
-                if size:
-                    left = size
-                else:
-                    state = _TRAILER
+                raise BadChunk("a chunk's size line is not a hex number")
         del buffer[:pos]
         self._state, self._left = state, left
         return b"".join(out)

@@ -121,8 +121,13 @@ class AgentResponse:
 
 
 async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
+    # asyncio.timeout, never wait_for, in this module: on Python 3.11, wait_for returns the
+    # awaited result when the run is cancelled just as it completes (a cancel right after the
+    # run opened, while the hub connects to the agent), and the cancel is lost: the run went
+    # on reading until the agent stopped.
     try:
-        return await asyncio.wait_for(reader.read(READ_SIZE), timeout)
+        async with asyncio.timeout(timeout):
+            return await reader.read(READ_SIZE)
     except TimeoutError:
         raise Silent(f"nothing from the agent for {timeout:g} s") from None
     except OSError as exc:
@@ -142,16 +147,14 @@ async def post(
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     authority = parts.netloc.rpartition("@")[2]
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(
                 host,
                 port,
                 ssl=tls_context() if https else None,
                 server_hostname=host if https else None,
                 limit=READ_SIZE,
-            ),
-            timeout,
-        )
+            )
     except TimeoutError:
         raise Unreachable(f"connecting to the agent took over {timeout:g} s") from None
     except OSError as exc:  # refused, unknown host, TLS handshake (ssl.SSLError is an OSError)
@@ -163,7 +166,8 @@ async def post(
         writer.write(connection.send(request) + connection.send(h11.Data(data=body)))
         writer.write(connection.send(h11.EndOfMessage()))
         try:
-            await asyncio.wait_for(writer.drain(), timeout)
+            async with asyncio.timeout(timeout):
+                await writer.drain()
         except TimeoutError:
             raise Silent(f"the agent took no request for {timeout:g} s") from None
         except OSError as exc:

@@ -56,6 +56,8 @@ class ThreadDeletes:
         self.hub = hub
         self.upstream = upstream
         self._background: set[asyncio.Task[None]] = set()
+        #: Copies being forgotten after a delete was heard (counted once, however often heard).
+        self._forgetting: set[LoadedThread] = set()
         hub.broker.on_deleted = self._heard
 
     async def delete(self, key: str, cause: str = "request") -> bool:
@@ -81,16 +83,20 @@ class ThreadDeletes:
         """Another node deleted the thread, or a write found it gone from the store (called
         by the bus reader and the writer; never blocks)."""
         loaded = self.hub.loaded.get(key)
-        if loaded is None:
-            return
+        if loaded is None or loaded in self._forgetting:
+            return  # heard twice (the bus's notice and a write finding it gone): one delete
+        self._forgetting.add(loaded)
         self.hub.metrics.inc(DELETED, cause=cause)
         task = asyncio.create_task(self._forget(loaded))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     async def _forget(self, loaded: LoadedThread) -> None:
-        await self._stop(loaded)
-        await self._drop(loaded)
+        try:
+            await self._stop(loaded)
+            await self._drop(loaded)
+        finally:
+            self._forgetting.discard(loaded)
 
     async def _stop(self, loaded: LoadedThread) -> None:
         """Steps 1 and 2 above."""

@@ -442,18 +442,24 @@ def test_an_activity_delta_on_a_message_without_content_is_refused() -> None:
 
 
 def test_a_refused_activity_delta_leaves_the_thread_unchanged() -> None:
-    """A regression test (fixed in 1092a62): the new activity used to be added first."""
+    """A regression test (fixed in 1092a62): a delta that fails changes nothing. And one for an
+    activity the thread does not hold adds none (as @ag-ui/client 1.0 folds it)."""
     thread = Thread("t", "e")
+    snapshot = {"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "progress"}
+    assert thread.publish(parse_event({**snapshot, "content": {"a": 1}})[0]).error is None
     before = copy.deepcopy(thread.to_record())
     event = {
         "type": "ACTIVITY_DELTA",
-        "messageId": "new",
+        "messageId": "act",
         "activityType": "progress",
         "patch": [{"op": "remove", "path": "/nothing"}],
     }
     outcome = thread.publish(parse_event(event)[0])
     assert outcome.error is not None and outcome.error.code == "patch_failed"
     assert thread.to_record() == before
+    unknown = {**event, "messageId": "new", "patch": [{"op": "add", "path": "/x", "value": 1}]}
+    thread.publish(parse_event(unknown)[0])
+    assert [m["id"] for m in thread.messages.items] == ["act"]
 
 
 exotic = st.sampled_from(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hub.errors import Unavailable
+from hub.store.run_queue import RunQueues
 from hub.store.threads import (
     DEFAULT_LIMIT,
     ThreadInfo,
@@ -63,6 +64,8 @@ class Store(ABC):
     #: Presence (see :meth:`presence_write`) of a node-local store, in process: thread ->
     #: member -> (value, until, monotonic).
     _presence: dict[str, dict[str, tuple[bytes, float]]]
+    #: Queued runs (see :meth:`enqueue_run`) of a node-local store, in process.
+    _queues: RunQueues
 
     def __init__(self, *, retention: int = 10_000) -> None:
         #: How many of the newest events a thread's log keeps.
@@ -192,10 +195,11 @@ class Store(ABC):
 
     @abstractmethod
     async def delete_thread(self, thread_id: str) -> bool:
-        """Forget the thread: its record, log, session, run lease, info and its place in the
-        tenant's list, all of it (receipts are not thread data: they stay). True if the store
-        held anything of it. A write after it creates the thread anew, with a new epoch (a
-        hub node gives every creation one), so no position of before resumes into it."""
+        """Forget the thread: its record, log, session, run lease, queued runs, info and its
+        place in the tenant's list, all of it (receipts are not thread data: they stay). True
+        if the store held anything of it. A write after it creates the thread anew, with a new
+        epoch (a hub node gives every creation one), so no position of before resumes into
+        it."""
 
     # -- expiry (``--thread-ttl``, see hub.server.expiry) ----------------------------------------
     # A written thread's *last activity* is the later of its last write (what moves its
@@ -353,6 +357,41 @@ class Store(ABC):
         if not hasattr(self, "_claims"):
             self._claims = {}
         return self._claims
+
+    # -- queued runs ---------------------------------------------------------------------------
+    # A run asked for with policy ``enqueue`` while the thread has one open waits in the
+    # thread's queue, here, so that any node sharing the store may start it when the open run
+    # ends (hub.server.run_queue): the queue is bounded, ordered, and each run in it is taken
+    # out once, by one node. A node-local store keeps it in this process (hub.store.run_queue).
+
+    async def enqueue_run(
+        self, thread_id: str, run_id: str, entry: bytes, limit: int
+    ) -> int | None:
+        """Queue ``run_id`` (with ``entry``, the caller's bytes) last on the thread, atomically,
+        unless ``limit`` runs are queued: its place (1 is next), or None when the queue is
+        full (nothing stored). A run queued already keeps its place."""
+        return self._queue_table().add(thread_id, run_id, entry, limit)
+
+    async def queued_runs(self, thread_id: str) -> list[str]:
+        """The ids of the thread's queued runs, next first."""
+        return self._queue_table().ids(thread_id)
+
+    async def dequeue_run(
+        self, thread_id: str, run_id: str | None = None
+    ) -> tuple[str, bytes] | None:
+        """Take ``run_id`` out of the thread's queue (None: the next one), atomically: its id
+        and entry, or None if it is not queued. Of several nodes taking at once, one gets it."""
+        return self._queue_table().take(thread_id, run_id)
+
+    async def requeue_run(self, thread_id: str, run_id: str, entry: bytes) -> None:
+        """Put a run that :meth:`dequeue_run` took back first: it could not start after all
+        (another run opened first). Past the queue's bound if need be: it held a place."""
+        self._queue_table().put_back(thread_id, run_id, entry)
+
+    def _queue_table(self) -> RunQueues:
+        if not hasattr(self, "_queues"):
+            self._queues = RunQueues()
+        return self._queues
 
     def gauges(self) -> list[tuple[str, str, dict[str, str], float]]:
         """Scrape-time gauges of the backend, (name, HELP, labels, value): its pool's use."""

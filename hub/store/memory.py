@@ -98,6 +98,7 @@ class MemoryStore(Store):
         self._active.pop(thread_id, None)
         self._lease_table().pop(thread_id, None)
         self._claim_table().pop(thread_id, None)
+        self._queue_table().drop(thread_id)
         return found
 
     async def mark_present(self, thread_ids: Collection[str]) -> None:

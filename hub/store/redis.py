@@ -67,7 +67,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from hub.errors import BadPath, StoreConflict, UnknownThread
-from hub.store import redis_presence, resp
+from hub.store import redis_presence, redis_queue, resp
 from hub.store.base import (
     CLAIM_TTL,
     Event,
@@ -272,11 +272,11 @@ return {record, redis.call('XRANGE', KEYS[2], ARGV[1], '+')}
 """
 
 
-# KEYS: record, log, meta, session, run, run-alive (every key of the thread: one slot).
-# Deletes them all: {how many existed, the run holding a lease or false}.
+# KEYS: record, log, meta, session, run, run-alive, queue, queued (every key of the thread:
+# one slot). Deletes them all: {how many existed, the run holding a lease or false}.
 DELETE = """
 local run = redis.call('GET', KEYS[5])
-return {redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]), run}
+return {redis.call('DEL', unpack(KEYS)), run}
 """
 
 
@@ -532,6 +532,9 @@ class RedisStore(Store):
         self._idle = client.register_script(IDLE)
         self._hold_sweep = client.register_script(HOLD_SWEEP)
         self._presence_script = client.register_script(redis_presence.SCRIPT)
+        self._enqueue = client.register_script(redis_queue.ENQUEUE)
+        self._dequeue = client.register_script(redis_queue.DEQUEUE)
+        self._requeue = client.register_script(redis_queue.REQUEUE)
         #: Whether this process looked once for tenants written before TENANTS_KEY was kept.
         self._tenants_found = False
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
@@ -670,6 +673,26 @@ class RedisStore(Store):
         found: dict[str, Any] = json.loads(held)
         return found
 
+    async def enqueue_run(
+        self, thread_id: str, run_id: str, entry: bytes, limit: int
+    ) -> int | None:
+        _tag(thread_id)
+        return await redis_queue.enqueue(self, thread_id, run_id, entry, limit)
+
+    async def queued_runs(self, thread_id: str) -> list[str]:
+        _tag(thread_id)
+        return await redis_queue.ids(self, thread_id)
+
+    async def dequeue_run(
+        self, thread_id: str, run_id: str | None = None
+    ) -> tuple[str, bytes] | None:
+        _tag(thread_id)
+        return await redis_queue.take(self, thread_id, run_id)
+
+    async def requeue_run(self, thread_id: str, run_id: str, entry: bytes) -> None:
+        _tag(thread_id)
+        await redis_queue.put_back(self, thread_id, run_id, entry)
+
     async def lapsed_runs(self) -> list[tuple[str, str]]:
         now = int(time.time() * 1000)
         members = await self.client.zrangebyscore(LEASES_KEY, "-inf", now)
@@ -804,7 +827,8 @@ class RedisStore(Store):
         record_key, log_key, _ = thread_keys(thread_id)
         run_key, alive_key = lease_keys(thread_id)
         keys = [record_key, log_key, meta_key(thread_id), session_key(thread_id)]
-        deleted, run = await self._delete(keys=[*keys, run_key, alive_key])
+        keys += [run_key, alive_key, *redis_queue.queue_keys(thread_id)]
+        deleted, run = await self._delete(keys=keys)
         tenant, local_id = split_key(thread_id)
         indexed = await self._unindex(keys=index_keys(tenant), args=[local_id])
         if run is not None:

@@ -214,6 +214,7 @@ class SqliteStore(Store):
         # Leases and interrupt claims of a node-local store: in process.
         self._lease_table().pop(thread_id, None)
         self._claim_table().pop(thread_id, None)
+        self._queue_table().drop(thread_id)
         found: bool = await self._run(self._delete, thread_id)
         return found
 

@@ -602,6 +602,7 @@ async def leftovers(store: Store, name: str) -> list[str]:
         for table in (store._records, store._logs, store._sessions, store._info, store._active):
             found += [key for key in table if name in key]
     found += [t for t in store._lease_table() if name in t]
+    found += [t for t in store._queue_table().threads() if name in t]
     return found
 
 
@@ -617,6 +618,7 @@ async def test_delete_thread_leaves_nothing_of_it_and_touches_no_other(opener: O
         await store.save_record(key, pack({"epoch": "e", "seq": 3}), (3, "e"))
         await store.update_thread(key, name="n", metadata={"k": 1})
         await store.lease_run(key, "r1", 0.001)
+        assert await store.enqueue_run(key, "q1", b"queued", 4) == 1
     await asyncio.sleep(0.01)  # both leases lapsed: listed by lapsed_runs
     kept_before = (await store.load("acme/kept"), await store.thread_info("acme/kept"))
     before = await leftovers(store, "doomed")  # the probe sees the thread before the delete
@@ -642,6 +644,8 @@ async def test_delete_thread_leaves_nothing_of_it_and_touches_no_other(opener: O
     assert await leftovers(store, "doomed") == []  # the refused append stored nothing either
     assert (await store.load("acme/kept"), await store.thread_info("acme/kept")) == kept_before
     assert await store.load_session("acme/kept") == {"service_session_id": "conv_1"}
+    assert await store.queued_runs("acme/doomed") == []
+    assert await store.queued_runs("acme/kept") == ["q1"]
     assert not await store.delete_thread("acme/doomed")  # nothing left to delete
     assert not await store.delete_thread("acme/never")
 
@@ -652,6 +656,45 @@ async def test_delete_thread_leaves_nothing_of_it_and_touches_no_other(opener: O
     reopened = await opener()  # durable stores: the delete is durable too
     assert await reopened.load_session("acme/doomed") is None
     assert await reopened.head("acme/doomed") == (0, "e2")
+
+
+async def test_queued_runs_are_bounded_ordered_and_each_taken_once(opener: Opener) -> None:
+    """Policy enqueue (hub.server.run_queue): a thread's queue keeps its runs in the order
+    they came, from any node, up to its bound; each is taken out once, by one node, the next
+    one or a named one (a cancel); one put back is next again."""
+    store = await opener()
+    # Two nodes' stores when they share one; a node-local store's queue is its process's.
+    other = await opener() if store.shared else store
+    assert await store.queued_runs("t") == []
+    assert await store.dequeue_run("t") is None
+    places = [
+        await s.enqueue_run("t", f"r{n}", f"e{n}".encode(), 3)
+        for n, s in ((1, store), (2, other), (3, store))
+    ]
+    assert places == [1, 2, 3]
+    assert await other.enqueue_run("t", "r4", b"e4", 3) is None  # full: nothing stored
+    assert await store.enqueue_run("t", "r2", b"again", 3) == 2  # queued already: its place
+    assert await other.queued_runs("t") == ["r1", "r2", "r3"]
+    assert await store.queued_runs("u") == []  # per thread
+    assert await store.enqueue_run("u", "r1", b"u1", 1) == 1
+
+    assert await other.dequeue_run("t", "r2") == ("r2", b"e2")  # a cancel: out of the middle
+    assert await store.dequeue_run("t", "r2") is None  # once
+    assert await store.queued_runs("t") == ["r1", "r3"]
+    # Three nodes take the next at once: each run is taken by one of them.
+    taken = await asyncio.gather(*(s.dequeue_run("t") for s in (store, other, store)))
+    assert sorted(t for t in taken if t is not None) == [("r1", b"e1"), ("r3", b"e3")]
+    assert taken.count(None) == 1
+    assert await other.queued_runs("t") == []
+
+    # A run taken that could not start goes back first, past the bound if need be.
+    assert await store.enqueue_run("t", "r5", b"e5", 1) == 1
+    await other.requeue_run("t", "r1", b"e1")
+    assert await store.queued_runs("t") == ["r1", "r5"]
+    assert await store.dequeue_run("t") == ("r1", b"e1")
+    assert await other.dequeue_run("t") == ("r5", b"e5")
+    assert await store.dequeue_run("u") == ("r1", b"u1")
+    assert await store.queued_runs("u") == []
 
 
 async def test_threads_idle_past_a_ttl_are_one_question_longest_idle_first(opener: Opener) -> None:

@@ -361,8 +361,9 @@ class Store(ABC):
     # -- queued runs ---------------------------------------------------------------------------
     # A run asked for with policy ``enqueue`` while the thread has one open waits in the
     # thread's queue, here, so that any node sharing the store may start it when the open run
-    # ends (hub.server.run_queue): the queue is bounded, ordered, and each run in it is taken
-    # out once, by one node. A node-local store keeps it in this process (hub.store.run_queue).
+    # ends (hub.server.run_queue): the queue is bounded and ordered, and a node opening the
+    # next run holds it first, so two nodes that see the thread free at once never open two
+    # queued runs out of order. A node-local store keeps it in process (hub.store.run_queue).
 
     async def enqueue_run(
         self, thread_id: str, run_id: str, entry: bytes, limit: int
@@ -376,17 +377,26 @@ class Store(ABC):
         """The ids of the thread's queued runs, next first."""
         return self._queue_table().ids(thread_id)
 
-    async def dequeue_run(
-        self, thread_id: str, run_id: str | None = None
-    ) -> tuple[str, bytes] | None:
-        """Take ``run_id`` out of the thread's queue (None: the next one), atomically: its id
-        and entry, or None if it is not queued. Of several nodes taking at once, one gets it."""
-        return self._queue_table().take(thread_id, run_id)
+    async def take_next_run(self, thread_id: str, ttl: float) -> tuple[str, bytes] | None:
+        """Hold the thread's next queued run for ``ttl`` seconds and answer it (id, entry), or
+        None if none is queued or another node holds it (it is opening it). Atomic: of nodes
+        taking at once, one gets it. The run stays queued until :meth:`dequeue_run`; a hold
+        that lapses (its node died) lets the next taker have the same run."""
+        return self._queue_table().take(thread_id, ttl, time.monotonic())
 
-    async def requeue_run(self, thread_id: str, run_id: str, entry: bytes) -> None:
-        """Put a run that :meth:`dequeue_run` took back first: it could not start after all
-        (another run opened first). Past the queue's bound if need be: it held a place."""
-        self._queue_table().put_back(thread_id, run_id, entry)
+    async def release_next_run(self, thread_id: str, run_id: str) -> None:
+        """Free the hold on ``run_id``: it could not open now (another run opened first); it
+        stays next."""
+        self._queue_table().release(thread_id, run_id)
+
+    async def dequeue_run(self, thread_id: str, run_id: str) -> None:
+        """Take ``run_id`` out of the queue (it opened, or never can) and free its hold."""
+        self._queue_table().remove(thread_id, run_id)
+
+    async def cancel_queued_run(self, thread_id: str, run_id: str) -> bool:
+        """Take ``run_id`` out of the queue unless a node holds it (it is being opened):
+        True if it was queued and is out now."""
+        return self._queue_table().cancel(thread_id, run_id, time.monotonic())
 
     def _queue_table(self) -> RunQueues:
         if not hasattr(self, "_queues"):

@@ -272,8 +272,8 @@ return {record, redis.call('XRANGE', KEYS[2], ARGV[1], '+')}
 """
 
 
-# KEYS: record, log, meta, session, run, run-alive, queue, queued (every key of the thread:
-# one slot). Deletes them all: {how many existed, the run holding a lease or false}.
+# KEYS: record, log, meta, session, run, run-alive, queue, queued, queue-hold (every key of
+# the thread: one slot). Deletes them all: {how many existed, the run holding a lease or false}.
 DELETE = """
 local run = redis.call('GET', KEYS[5])
 return {redis.call('DEL', unpack(KEYS)), run}
@@ -533,8 +533,9 @@ class RedisStore(Store):
         self._hold_sweep = client.register_script(HOLD_SWEEP)
         self._presence_script = client.register_script(redis_presence.SCRIPT)
         self._enqueue = client.register_script(redis_queue.ENQUEUE)
-        self._dequeue = client.register_script(redis_queue.DEQUEUE)
-        self._requeue = client.register_script(redis_queue.REQUEUE)
+        self._take_run = client.register_script(redis_queue.TAKE)
+        self._release_queued = client.register_script(redis_queue.RELEASE)
+        self._cancel_queued = client.register_script(redis_queue.CANCEL)
         #: Whether this process looked once for tenants written before TENANTS_KEY was kept.
         self._tenants_found = False
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
@@ -683,15 +684,21 @@ class RedisStore(Store):
         _tag(thread_id)
         return await redis_queue.ids(self, thread_id)
 
-    async def dequeue_run(
-        self, thread_id: str, run_id: str | None = None
-    ) -> tuple[str, bytes] | None:
+    async def take_next_run(self, thread_id: str, ttl: float) -> tuple[str, bytes] | None:
         _tag(thread_id)
-        return await redis_queue.take(self, thread_id, run_id)
+        return await redis_queue.take(self, thread_id, ttl)
 
-    async def requeue_run(self, thread_id: str, run_id: str, entry: bytes) -> None:
+    async def release_next_run(self, thread_id: str, run_id: str) -> None:
         _tag(thread_id)
-        await redis_queue.put_back(self, thread_id, run_id, entry)
+        await redis_queue.release(self, thread_id, run_id, remove=False)
+
+    async def dequeue_run(self, thread_id: str, run_id: str) -> None:
+        _tag(thread_id)
+        await redis_queue.release(self, thread_id, run_id, remove=True)
+
+    async def cancel_queued_run(self, thread_id: str, run_id: str) -> bool:
+        _tag(thread_id)
+        return await redis_queue.cancel(self, thread_id, run_id)
 
     async def lapsed_runs(self) -> list[tuple[str, str]]:
         now = int(time.time() * 1000)

@@ -1,20 +1,27 @@
 """Queued runs of a node-local store (policy ``enqueue``; :meth:`hub.store.base.Store.enqueue_run`).
 
 A thread's queue is the runs asked for while it had one open, in order, each an id and the
-caller's bytes (opaque here). A memory or SQLite store has one node: it keeps them in this
-process, as its run leases, since they only mean something while the node lives (a restart
-ends the open run too). Redis keeps them in Redis (:mod:`hub.store.redis_queue`), where every
-node sharing the store sees the same queue. Pure: no clock, no I/O.
+caller's bytes (opaque here), and at most one *hold*: the next run, taken by a node that is
+opening it (:meth:`RunQueues.take`), which no other node may take until the hold is freed
+(the run opened, or could not) or lapses (its node died meanwhile). So runs start in order
+even when several nodes see the thread free at once.
+
+A memory or SQLite store has one node: it keeps them in this process, as its run leases,
+since they only mean something while the node lives (a restart ends the open run too). Redis
+keeps them in Redis (:mod:`hub.store.redis_queue`), where every node sharing the store sees the
+same queue. Pure: time is passed in (``now``, seconds of any monotonic clock); no I/O.
 """
 
 from __future__ import annotations
 
 
 class RunQueues:
-    """Per thread, the queued runs: run id -> entry, in the order they were queued."""
+    """Per thread, the queued runs (run id -> entry, in the order they were queued) and the
+    hold on the next one: (run id, until)."""
 
     def __init__(self) -> None:
         self._queues: dict[str, dict[str, bytes]] = {}
+        self._holds: dict[str, tuple[str, float]] = {}
 
     def add(self, thread_id: str, run_id: str, entry: bytes, limit: int) -> int | None:
         """Queue ``run_id`` last unless ``limit`` runs are queued already: its place (1 is
@@ -29,32 +36,50 @@ class RunQueues:
         return len(queue)
 
     def ids(self, thread_id: str) -> list[str]:
-        """The queued run ids, next first."""
+        """The queued run ids, next first (a held one included: it is not open yet)."""
         return list(self._queues.get(thread_id, {}))
 
-    def take(self, thread_id: str, run_id: str | None = None) -> tuple[str, bytes] | None:
-        """Take ``run_id`` out of the queue (None: the next one): its id and entry, or None
-        if it is not queued (taken already, or never was)."""
+    def take(self, thread_id: str, ttl: float, now: float) -> tuple[str, bytes] | None:
+        """Hold the next run for ``ttl`` seconds and answer it, unless the queue is empty or a
+        hold that has not lapsed is on it (another node is opening its next run): None. The
+        run stays queued, first, until :meth:`remove` (it opened) or :meth:`release`."""
         queue = self._queues.get(thread_id)
-        if not queue:
+        held = self._holds.get(thread_id)
+        if not queue or (held is not None and held[1] > now):
             return None
-        if run_id is None:
-            run_id = next(iter(queue))
-        entry = queue.pop(run_id, None)
-        if not queue:
-            del self._queues[thread_id]
-        return None if entry is None else (run_id, entry)
+        run_id, entry = next(iter(queue.items()))
+        self._holds[thread_id] = (run_id, now + ttl)
+        return run_id, entry
 
-    def put_back(self, thread_id: str, run_id: str, entry: bytes) -> None:
-        """Put a run taken with :meth:`take` back first (it could not start after all)."""
+    def release(self, thread_id: str, run_id: str) -> None:
+        """Free the hold of ``run_id`` (it could not open now: it stays next)."""
+        if self._holds.get(thread_id, ("",))[0] == run_id:
+            del self._holds[thread_id]
+
+    def remove(self, thread_id: str, run_id: str) -> None:
+        """Take ``run_id`` out of the queue (it opened, or never can), and free its hold."""
+        self.release(thread_id, run_id)
         queue = self._queues.get(thread_id, {})
         queue.pop(run_id, None)
-        self._queues[thread_id] = {run_id: entry, **queue}
+        if not queue:
+            self._queues.pop(thread_id, None)
+
+    def cancel(self, thread_id: str, run_id: str, now: float) -> bool:
+        """Take ``run_id`` out of the queue unless a node holds it (it is opening: cancel the
+        run once open): True if it was queued and is out."""
+        held = self._holds.get(thread_id)
+        if held is not None and held[0] == run_id and held[1] > now:
+            return False
+        if run_id not in self._queues.get(thread_id, {}):
+            return False
+        self.remove(thread_id, run_id)
+        return True
 
     def drop(self, thread_id: str) -> None:
         """Forget the thread's queue (the thread was deleted)."""
         self._queues.pop(thread_id, None)
+        self._holds.pop(thread_id, None)
 
     def threads(self) -> list[str]:
-        """The threads with runs queued."""
-        return list(self._queues)
+        """The threads with runs queued or held."""
+        return list(self._queues.keys() | self._holds.keys())

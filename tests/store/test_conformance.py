@@ -658,15 +658,16 @@ async def test_delete_thread_leaves_nothing_of_it_and_touches_no_other(opener: O
     assert await reopened.head("acme/doomed") == (0, "e2")
 
 
-async def test_queued_runs_are_bounded_ordered_and_each_taken_once(opener: Opener) -> None:
+async def test_queued_runs_are_bounded_ordered_and_opened_one_at_a_time(opener: Opener) -> None:
     """Policy enqueue (hub.server.run_queue): a thread's queue keeps its runs in the order
-    they came, from any node, up to its bound; each is taken out once, by one node, the next
-    one or a named one (a cancel); one put back is next again."""
+    they came, from any node, up to its bound. The next run is held by one node at a time
+    while it opens it (so two nodes never open two queued runs at once, out of order), and
+    stays queued until it opened; a cancel takes a run out unless it is being opened."""
     store = await opener()
     # Two nodes' stores when they share one; a node-local store's queue is its process's.
     other = await opener() if store.shared else store
     assert await store.queued_runs("t") == []
-    assert await store.dequeue_run("t") is None
+    assert await store.take_next_run("t", 5) is None
     places = [
         await s.enqueue_run("t", f"r{n}", f"e{n}".encode(), 3)
         for n, s in ((1, store), (2, other), (3, store))
@@ -678,23 +679,31 @@ async def test_queued_runs_are_bounded_ordered_and_each_taken_once(opener: Opene
     assert await store.queued_runs("u") == []  # per thread
     assert await store.enqueue_run("u", "r1", b"u1", 1) == 1
 
-    assert await other.dequeue_run("t", "r2") == ("r2", b"e2")  # a cancel: out of the middle
-    assert await store.dequeue_run("t", "r2") is None  # once
+    assert await other.cancel_queued_run("t", "r2")  # out of the middle
+    assert not await store.cancel_queued_run("t", "r2")  # once
+    assert not await store.cancel_queued_run("t", "nope")
     assert await store.queued_runs("t") == ["r1", "r3"]
-    # Three nodes take the next at once: each run is taken by one of them.
-    taken = await asyncio.gather(*(s.dequeue_run("t") for s in (store, other, store)))
-    assert sorted(t for t in taken if t is not None) == [("r1", b"e1"), ("r3", b"e3")]
-    assert taken.count(None) == 1
-    assert await other.queued_runs("t") == []
-
-    # A run taken that could not start goes back first, past the bound if need be.
+    # Three nodes take the next at once: one holds it, the others get nothing.
+    taken = await asyncio.gather(*(s.take_next_run("t", 5) for s in (store, other, store)))
+    assert [t for t in taken if t is not None] == [("r1", b"e1")]
+    assert not await other.cancel_queued_run("t", "r1")  # being opened: not cancelled here
+    assert await store.queued_runs("t") == ["r1", "r3"]  # queued until it opened
+    # It could not open (another run opened first): released, it is next again.
+    await other.release_next_run("t", "r1")
+    assert await store.take_next_run("t", 5) == ("r1", b"e1")
+    await other.dequeue_run("t", "r1")  # it opened: out, and the hold is free
+    assert await store.queued_runs("t") == ["r3"]
+    assert await other.take_next_run("t", 5) == ("r3", b"e3")
+    await store.dequeue_run("t", "r3")
+    assert await store.queued_runs("t") == []
+    # A hold whose node went away lapses: the next taker gets the same run.
     assert await store.enqueue_run("t", "r5", b"e5", 1) == 1
-    await other.requeue_run("t", "r1", b"e1")
-    assert await store.queued_runs("t") == ["r1", "r5"]
-    assert await store.dequeue_run("t") == ("r1", b"e1")
-    assert await other.dequeue_run("t") == ("r5", b"e5")
-    assert await store.dequeue_run("u") == ("r1", b"u1")
-    assert await store.queued_runs("u") == []
+    assert await store.take_next_run("t", 0.2) == ("r5", b"e5")
+    assert await other.take_next_run("t", 5) is None
+    await asyncio.sleep(0.3)
+    assert await other.take_next_run("t", 5) == ("r5", b"e5")
+    await other.dequeue_run("t", "r5")
+    assert await store.queued_runs("u") == ["r1"]
 
 
 async def test_threads_idle_past_a_ttl_are_one_question_longest_idle_first(opener: Opener) -> None:

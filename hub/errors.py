@@ -270,6 +270,15 @@ class BadStatePath(PeerError):
 ERROR_CODES["bad_path"] = "a state path to subscribe to that is not a JSON Pointer, or too long"
 
 
+class TooManyPaths(BadStatePath):
+    """More state paths in one subscription (``?path=…&path=…``) than the hub takes."""
+
+    code = "too_many_paths"
+
+
+ERROR_CODES["too_many_paths"] = "more state paths in one subscription than the hub takes (8)"
+
+
 # --- Upstream agents (hub/server/upstream.py) ---------------------------------------------------
 
 

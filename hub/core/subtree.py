@@ -34,6 +34,17 @@ an absent subtree holds ``null`` (:func:`snapshot_of`): it gets ``Snapshot(None,
 when its subtree goes away, a snapshot of the subtree when one appears there, and nothing while
 it stays absent (no event can apply an operation inside a subtree that does not exist).
 
+Several paths (``?path=/panels/revenue&path=/panels/costs``, at most :data:`MAX_PATHS`): the
+consumer holds their *projection* (hub.core.projection: each subtree at its own place, its
+ancestors as objects, nothing else; ``{}`` when none resolves). A path at or below another of
+the set is merged into it (the outer one holds it already); a set holding ``""`` is the whole
+state. Each path is filtered as above, once per event however many sets hold it, and the
+results are put together per set: operations under a path keep their own pointers, and a path
+that a single-path consumer would get a snapshot of is written at its place with ``add``,
+``replace`` or ``remove`` (a :class:`Delta` marked ``live``: its values are the live state's,
+to be encoded before the next event, as a snapshot's are). A set's result is never a
+:class:`Snapshot`.
+
 The root path ``""`` is the whole state: its consumers are whole-state consumers, and their
 :class:`Delta` is the event's own operation list (the very object), so the I/O layer can share
 the full frame's bytes.
@@ -55,11 +66,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import BadStatePath
-from ..wire.pointer import is_json_pointer
+from ..errors import BadStatePath, TooManyPaths
+from ..wire.pointer import is_json_pointer, join_pointer, split_pointer
+from .projection import Change, ops_for, project, reprefix
 
 __all__ = [
     "ABSENT",
+    "MAX_PATHS",
     "MAX_PATH_CHARS",
     "MAX_PATH_DEPTH",
     "ROOT",
@@ -68,12 +81,14 @@ __all__ = [
     "Delta",
     "DeltaPlan",
     "Filtered",
+    "Pointer",
     "Snapshot",
     "StatePath",
     "Unchanged",
     "filter_delta",
     "filter_event",
     "parse_path",
+    "parse_paths",
     "plan_delta",
     "snapshot_of",
     "subtree",
@@ -87,6 +102,9 @@ MAX_PATH_CHARS: Final = 1024
 #: A subscription path of more tokens than this is refused: no state nests deeper than the
 #: depth limit (``hub.limits``, 64), so a deeper path could never resolve.
 MAX_PATH_DEPTH: Final = 64
+#: A consumer may subscribe to this many paths at most (``too_many_paths`` past it): "a few
+#: per connection". Each distinct path costs a walk of every STATE_DELTA of the thread.
+MAX_PATHS: Final = 8
 
 _CANONICAL_INDEX = re.compile(r"0|[1-9][0-9]*")
 
@@ -95,26 +113,42 @@ _CANONICAL_INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
 @dataclass(frozen=True, slots=True)
-class StatePath:
-    """A parsed subscription path: its pointer text and its unescaped tokens. Hashable, so the
-    I/O layer can key frames by it; two spellings of one path cannot exist (RFC 6901 escaping
-    is one to one)."""
+class Pointer:
+    """One parsed JSON Pointer: its text and its unescaped tokens. Two spellings of one
+    pointer cannot exist (RFC 6901 escaping is one to one)."""
 
-    pointer: str
+    text: str
     parts: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class StatePath:
+    """What a consumer subscribes to: one pointer, whose subtree its state IS, or (``projected``)
+    a few, whose projection its state is. Hashable, so the I/O layer keys frames by it; the
+    pointers of a projection are sorted and none is at or below another, so one set of paths
+    has one key however it was spelt."""
+
+    pointers: tuple[Pointer, ...]
+    projected: bool = False
+
+    @property
+    def pointer(self) -> str:
+        """The text of the path (the pointers joined by ``&`` for a projection)."""
+        return "&".join(p.text for p in self.pointers)
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The tokens of a one-pointer path (a projection has no single place)."""
+        if self.projected:
+            raise ValueError("a projection of several paths has no single place")
+        return self.pointers[0].parts
+
+
 #: The whole state.
-ROOT: Final = StatePath("", ())
+ROOT: Final = StatePath((Pointer("", ()),))
 
 
-def parse_path(text: object) -> StatePath:
-    """Parse a subscription path: an RFC 6901 JSON Pointer, ``""`` for the whole state.
-
-    Raises :class:`~hub.errors.BadStatePath` (code ``bad_path``) for anything else: not a
-    string, not empty and not starting with ``/``, a ``~`` not followed by ``0`` or ``1``, more
-    than :data:`MAX_PATH_CHARS` characters or :data:`MAX_PATH_DEPTH` tokens. The message never
-    echoes the path."""
+def _parse_pointer(text: object) -> Pointer:
     if type(text) is not str:
         raise BadStatePath("a state path must be a string (a JSON Pointer)")
     if len(text) > MAX_PATH_CHARS:
@@ -124,25 +158,49 @@ def parse_path(text: object) -> StatePath:
             "a state path must be a JSON Pointer (RFC 6901): empty, or '/'-separated tokens"
             " with '~' escaped as '~0' and '/' as '~1'"
         )
-    parts = _split(text)
+    parts = split_pointer(text)
     if len(parts) > MAX_PATH_DEPTH:
         raise BadStatePath(f"a state path may have at most {MAX_PATH_DEPTH} tokens")
-    return StatePath(text, parts)
+    return Pointer(text, parts)
 
 
-def _split(pointer: str) -> tuple[str, ...]:
-    """The tokens of a pointer already known to be RFC 6901 (``~1`` before ``~0``, as the RFC
-    says, so ``~01`` is ``~1``)."""
-    if pointer == "":
-        return ()
-    tokens = pointer[1:].split("/")
-    if "~" in pointer:
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in tokens]
-    return tuple(tokens)
+def parse_path(text: object) -> StatePath:
+    """Parse a subscription path: an RFC 6901 JSON Pointer, ``""`` for the whole state.
+
+    Raises :class:`~hub.errors.BadStatePath` (code ``bad_path``) for anything else: not a
+    string, not empty and not starting with ``/``, a ``~`` not followed by ``0`` or ``1``, more
+    than :data:`MAX_PATH_CHARS` characters or :data:`MAX_PATH_DEPTH` tokens. The message never
+    echoes the path."""
+    return StatePath((_parse_pointer(text),))
 
 
-def _join(parts: Sequence[str]) -> str:
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+def parse_paths(texts: Sequence[object]) -> StatePath:
+    """Parse the paths of one subscription (each as :func:`parse_path`): one is that path;
+    two or more (up to :data:`MAX_PATHS`) are their projection, with a path at or below
+    another merged into it, and ``""`` among them meaning the whole state (:data:`ROOT`).
+
+    Raises :class:`~hub.errors.TooManyPaths` (``too_many_paths``) past :data:`MAX_PATHS`
+    and :class:`~hub.errors.BadStatePath` for none or a bad one."""
+    if not texts:
+        raise BadStatePath("a subscription needs at least one state path")
+    if len(texts) > MAX_PATHS:
+        raise TooManyPaths(f"a consumer may subscribe to at most {MAX_PATHS} state paths")
+    pointers = sorted((_parse_pointer(t) for t in texts), key=lambda p: p.parts)
+    if len(pointers) == 1:
+        return StatePath((pointers[0],))
+    kept: list[Pointer] = []
+    for pointer in pointers:
+        # Sorted, so a path's ancestor among them is the last one kept, if any.
+        if kept and pointer.parts[: len(kept[-1].parts)] == kept[-1].parts:
+            continue
+        kept.append(pointer)
+    if not kept[0].parts:
+        return ROOT
+    return StatePath(tuple(kept), projected=True)
+
+
+_split = split_pointer
+_join = join_pointer
 
 
 def _canonical(token: str) -> int | None:
@@ -166,10 +224,10 @@ class Absent(enum.Enum):
 ABSENT: Final = Absent.ABSENT
 
 
-def subtree(state: Json, path: StatePath) -> Json | Absent:
-    """The value at ``path`` in ``state`` (not a copy), or :data:`ABSENT` when the path does
-    not resolve: a missing member, an index out of range or not canonical, ``-``, or a token
-    into a scalar."""
+def subtree(state: Json, path: StatePath | Pointer) -> Json | Absent:
+    """The value at ``path`` (one pointer) in ``state`` (not a copy), or :data:`ABSENT` when
+    the path does not resolve: a missing member, an index out of range or not canonical,
+    ``-``, or a token into a scalar."""
     node = state
     for part in path.parts:
         if isinstance(node, dict):
@@ -188,8 +246,13 @@ def subtree(state: Json, path: StatePath) -> Json | Absent:
 
 def snapshot_of(state: Json, path: StatePath) -> Json:
     """What a consumer of ``path`` holds for ``state``: the subtree, or ``None`` (JSON
-    ``null``) when it is absent. This is its ``STATE_SNAPSHOT`` on join, on repair and for
-    every ``STATE_SNAPSHOT`` of the thread."""
+    ``null``) when it is absent; for several paths, their projection (hub.core.projection).
+    This is its ``STATE_SNAPSHOT`` on join, on repair and for every ``STATE_SNAPSHOT`` of the
+    thread. Not a copy: it shares the state's values."""
+    if path.projected:
+        return project(
+            (p.parts, value) for p in path.pointers if (value := subtree(state, p)) is not ABSENT
+        )
     value = subtree(state, path)
     return None if value is ABSENT else value
 
@@ -212,6 +275,9 @@ class Delta:
     Values are the event's own objects (events are immutable once sequenced): do not mutate."""
 
     ops: list[Op]
+    #: The operations hold values of the live state (a projection's subtree written whole):
+    #: encode them before the next event, as a snapshot.
+    live: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +379,7 @@ class _Walk:
 
     __slots__ = ("existed", "levels", "n", "out", "parts")
 
-    def __init__(self, before: Json, path: StatePath) -> None:
+    def __init__(self, before: Json, path: Pointer) -> None:
         self.parts = path.parts
         self.n = len(path.parts)
         self.levels, self.existed = _chain(before, path.parts)
@@ -427,26 +493,64 @@ class DeltaPlan:
     """What one ``STATE_DELTA`` means for each distinct path, decided from the state before
     it; :meth:`finish` reads the snapshots from the state after."""
 
-    __slots__ = ("_planned",)
+    __slots__ = ("_paths", "_planned")
 
-    def __init__(self, planned: dict[StatePath, Filtered | _Due]) -> None:
+    def __init__(self, planned: dict[Pointer, Filtered | _Due], paths: Sequence[StatePath]) -> None:
         self._planned = planned
+        self._paths = paths
 
     def finish(self, after: Json) -> dict[StatePath, Filtered]:
         """The result for each path, given the state after the event (read, not copied)."""
-        results: dict[StatePath, Filtered] = {}
-        for path, planned in self._planned.items():
+        each: dict[Pointer, tuple[Filtered, bool]] = {}
+        for pointer, planned in self._planned.items():
             if not isinstance(planned, _Due):
-                results[path] = planned
+                each[pointer] = (planned, True)
                 continue
-            value = subtree(after, path)
+            value = subtree(after, pointer)
             if value is not ABSENT:
-                results[path] = Snapshot(value)
+                each[pointer] = (Snapshot(value), planned.existed)
             elif planned.existed:
-                results[path] = Snapshot(None, absent=True)
+                each[pointer] = (Snapshot(None, absent=True), True)
             else:
-                results[path] = UNCHANGED  # absent before and after: the consumer holds null
+                each[pointer] = (UNCHANGED, False)  # absent before and after: null it stays
+        results: dict[StatePath, Filtered] = {}
+        for path in self._paths:
+            if path.projected:
+                results[path] = _projected(path, each, after)
+            else:
+                results[path] = each[path.pointers[0]][0]
         return results
+
+
+def _projected(
+    path: StatePath, each: dict[Pointer, tuple[Filtered, bool]], after: Json
+) -> Filtered:
+    """One projection's result from its paths' (each with whether it existed before, when
+    it is a snapshot): their deltas at their places, and the snapshots written there."""
+    ops: list[Op] = []
+    changes: list[Change] = []
+    for pointer in path.pointers:
+        result, existed = each[pointer]
+        if isinstance(result, Delta):
+            ops += reprefix(result.ops, pointer.text)
+        elif isinstance(result, Snapshot):
+            changes.append(Change(pointer.parts, existed, not result.absent, result.value))
+    if not changes:
+        return Delta(ops) if ops else UNCHANGED
+    changed = {c.parts: c for c in changes}
+    before: list[tuple[str, ...]] = []
+    now: list[tuple[str, ...]] = []
+    for pointer in path.pointers:
+        change = changed.get(pointer.parts)
+        if change is not None:
+            if change.existed:
+                before.append(pointer.parts)
+            if change.present:
+                now.append(pointer.parts)
+        elif subtree(after, pointer) is not ABSENT:  # there, and left there
+            before.append(pointer.parts)
+            now.append(pointer.parts)
+    return Delta(ops + ops_for(changes, before, now), live=True)
 
 
 def plan_delta(before: Json, ops: Sequence[Op], paths: Iterable[StatePath]) -> DeltaPlan:
@@ -454,24 +558,31 @@ def plan_delta(before: Json, ops: Sequence[Op], paths: Iterable[StatePath]) -> D
     :func:`~hub.core.patch.check_patch`, and applying to ``before``) are about to be applied.
 
     Reads ``before`` only along each path; call it before the patch is applied in place, then
-    :meth:`DeltaPlan.finish` with the state after. Each distinct path is planned once."""
+    :meth:`DeltaPlan.finish` with the state after. Each distinct pointer is planned once, for
+    every path (or projection) that holds it."""
     parsed: list[_Parsed] | None = None
-    planned: dict[StatePath, Filtered | _Due] = {}
-    for path in dict.fromkeys(paths):
-        if not path.parts:
-            planned[path] = Delta(ops if isinstance(ops, list) else list(ops)) if ops else UNCHANGED
-            continue
-        if parsed is None:
-            parsed = _parse_ops(ops)
-        walk = _Walk(before, path)
-        try:
-            for p in parsed:
-                walk.step(p)
-        except _Snap:
-            planned[path] = _Due(walk.existed)
-            continue
-        planned[path] = Delta(walk.out) if walk.out else UNCHANGED
-    return DeltaPlan(planned)
+    planned: dict[Pointer, Filtered | _Due] = {}
+    distinct = list(dict.fromkeys(paths))
+    for path in distinct:
+        for pointer in path.pointers:
+            if pointer in planned:
+                continue
+            if not pointer.parts:
+                planned[pointer] = (
+                    Delta(ops if isinstance(ops, list) else list(ops)) if ops else UNCHANGED
+                )
+                continue
+            if parsed is None:
+                parsed = _parse_ops(ops)
+            walk = _Walk(before, pointer)
+            try:
+                for p in parsed:
+                    walk.step(p)
+            except _Snap:
+                planned[pointer] = _Due(walk.existed)
+                continue
+            planned[pointer] = Delta(walk.out) if walk.out else UNCHANGED
+    return DeltaPlan(planned, distinct)
 
 
 def filter_event(

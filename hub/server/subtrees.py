@@ -6,23 +6,27 @@ the result per distinct path as soon as it applied (hub.core.thread.Subtrees); t
 then turns the batch into frames once per (path, encoding), never per consumer
 (:func:`path_frames`). Consumers without a path never come here: a thread with none plans
 nothing.
+
+A path may be a set of a few (hub.core.subtree: their projection); the group is then of the
+consumers of that set, and its frames are built once per (set, encoding) the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hub.core.subtree import UNCHANGED, Delta, Filtered, Snapshot, StatePath, Unchanged, snapshot_of
 from hub.core.thread import Thread
 from hub.server.outbox import LiveFrame
-from hub.wire.codec import JSON, Frame, decode
+from hub.wire.codec import JSON, Frame, json_bytes, pack
 
 if TYPE_CHECKING:
     from hub.server.outbox import Outbox
 
-#: What the fan-out takes per path for one STATE_DELTA: a snapshot is a frame encoded already
-#: (its value is the live state, gone by the next event).
+#: What the fan-out takes per path for one STATE_DELTA: a snapshot (or a projection's delta
+#: holding a subtree written whole) is a frame encoded already (its values are the live
+#: state, gone by the next event).
 Result = Unchanged | Delta | LiveFrame
 
 
@@ -79,18 +83,20 @@ class Subtrees:
         kept: dict[StatePath, Result] = {}
         epoch = self.thread.epoch if self.thread is not None else ""
         for path, result in results.items():
+            event: dict[str, Any]
             if isinstance(result, Snapshot):
-                event = {
-                    "type": "STATE_SNAPSHOT",
-                    "snapshot": result.value,
-                    "metadata": {"hub": {"seq": seq, "epoch": epoch}},
-                }
-                encodings = {o.encoding for o in self.groups.get(path, ())} or {JSON}
-                frame = LiveFrame(event)
-                frame.freeze(*encodings)
-                kept[path] = frame
+                event = {"type": "STATE_SNAPSHOT", "snapshot": result.value}
+            elif isinstance(result, Delta) and result.live:
+                event = {"type": "STATE_DELTA", "delta": result.ops}
             else:
                 kept[path] = result
+                continue
+            # metadata last, hub its only member: see with_prev.
+            event["metadata"] = {"hub": {"seq": seq, "epoch": epoch}}
+            encodings = {o.encoding for o in self.groups.get(path, ())} or {JSON}
+            frame = LiveFrame(event)
+            frame.freeze(*encodings)
+            kept[path] = frame
         self._results[seq] = kept
 
     def take(self, seq: int) -> dict[StatePath, Result] | None:
@@ -98,6 +104,28 @@ class Subtrees:
 
     def forget(self) -> None:
         self._results.clear()
+
+
+def with_prev(frame: LiveFrame, prev: int) -> LiveFrame:
+    """:func:`after` for a frame encoded already whose event holds the live state (gone by
+    now, so it cannot be encoded again): its encodings end with its ``metadata.hub`` object
+    (:meth:`Subtrees.filtered` builds the event so), and that end is replaced by the one with
+    ``prev``, neither decoding nor encoding the state again. The event keeps its type and
+    position (what an SSE consumer's form reads), not a state to encode."""
+    event = frame.event
+    hub = event["metadata"]["hub"]
+    mine = LiveFrame({**event, "metadata": {"hub": {**hub, "prev": prev}}}, frame.held)
+    for encoding, data in frame.encoded():
+        # JSON: ...,"metadata":{"hub":{...}}} ; msgpack: the hub map is the last value.
+        old, new = (
+            (json_bytes(hub) + b"}}", json_bytes(mine.event["metadata"]["hub"]) + b"}}")
+            if encoding == JSON
+            else (pack(hub), pack(mine.event["metadata"]["hub"]))
+        )
+        if not data.endswith(old):  # not built by filtered: a bug
+            raise AssertionError("a subtree frame that does not end with its position")
+        mine.preset(encoding, data[: len(data) - len(old)] + new)
+    return mine
 
 
 def after(frame: LiveFrame, prev: int) -> LiveFrame:
@@ -143,10 +171,14 @@ def path_frames(
                     assert isinstance(result, LiveFrame)
                     result.held = frame.held
                     mine = result
-                    if last.get(path, seq - 1) != seq - 1:
-                        # Its event holds the live state (gone by now): take its own copy
-                        # back from the bytes it was frozen into, to say prev in.
-                        mine = LiveFrame(decode(result.data(JSON).decode()), frame.held)
+                    prev = last.get(path, seq - 1)
+                    if prev != seq - 1:
+                        # Its event holds the live state (gone by now): prev goes into the
+                        # bytes it was frozen into.
+                        mine = with_prev(result, prev)
+                    last[path] = seq
+                    built.append(mine)
+                    continue
             elif kind == "STATE_SNAPSHOT":
                 snapshot = snapshot_of(event["snapshot"], path)
                 mine = LiveFrame({**event, "snapshot": snapshot}, frame.held)

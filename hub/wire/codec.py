@@ -201,3 +201,20 @@ class Frame:
         for encoding in encodings or (JSON,):
             self.data(encoding)
         return self
+
+    def encoded(self) -> list[tuple[Encoding, bytes]]:
+        """The encodings built so far, with their bytes."""
+        done: list[tuple[Encoding, bytes]] = []
+        if self._json is not None:
+            done.append((JSON, self._json))
+        if self._msgpack is not None:
+            done.append((MSGPACK, self._msgpack))
+        return done
+
+    def preset(self, encoding: Encoding, data: bytes) -> None:
+        """Give the frame its bytes in ``encoding``, built by the caller (who answers for
+        them being ``event`` encoded), so they are not built from ``event``."""
+        if encoding == MSGPACK:
+            self._msgpack = data
+        else:
+            self._json = data

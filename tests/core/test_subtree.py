@@ -20,6 +20,7 @@ from hub.core.subtree import (
     UNCHANGED,
     Delta,
     Filtered,
+    Pointer,
     Snapshot,
     StatePath,
     filter_delta,
@@ -66,7 +67,8 @@ LIST: dict[str, Any] = {"panels": [{"id": "a"}, {"id": "b"}, {"id": "c"}]}
 
 def test_a_path_is_a_json_pointer_and_the_empty_one_is_the_whole_state() -> None:
     assert parse_path("") == ROOT
-    assert parse_path("/panels/revenue") == StatePath("/panels/revenue", ("panels", "revenue"))
+    revenue = StatePath((Pointer("/panels/revenue", ("panels", "revenue")),))
+    assert parse_path("/panels/revenue") == revenue and not revenue.projected
     assert parse_path("/a~1b/m~0n/~01").parts == ("a/b", "m~n", "~1")
     assert parse_path("/").parts == ("",)
     assert parse_path("/-/0").parts == ("-", "0")

@@ -4,7 +4,8 @@ Each consumer's copy, rebuilt from its frames with the seq rules (support.Mirror
 must equal the subtree of the thread's state. Positions stay the thread's: a consumer is sent
 nothing for an event that leaves its subtree alone, and the next frame it gets says where its
 stream was before it (``prev``), so a lost frame is still a gap; heartbeats say the position
-of its stream, and it resumes."""
+of its stream, and it resumes. A consumer of several paths holds their projection
+(hub.core.projection), built once per set."""
 
 from __future__ import annotations
 
@@ -21,12 +22,29 @@ from support import Client, HubProcess, Mirror, SseReader, is_custom, seq_of
 from websockets.exceptions import InvalidStatus
 
 from hub.core.patch import Document, apply_patch
-from hub.core.subtree import parse_path, snapshot_of
+from hub.core.subtree import MAX_PATHS, parse_path, parse_paths, snapshot_of
 
 from .test_wire import consumer, producer
 
 PANELS = ("a", "b", "c")
 PATHS = ("/panels/a", "/panels/b", "/panels/c", "/panels/a/list/0", "/panels/gone", "/panels")
+#: Sets of paths (a query each): their consumers hold the projection.
+SETS = (
+    ("/panels/a", "/panels/c", "/other"),
+    ("/panels/b", "/panels/a/list/0"),
+    ("/panels/a", "/panels/a/list/0"),  # merged into /panels/a, still a projection
+    ("/panels/gone", "/nope"),
+)
+
+
+def query(paths: tuple[str, ...]) -> str:
+    return "?" + "&".join(f"path={p}" for p in paths)
+
+
+def held_for(state: Any, paths: tuple[str, ...] | str) -> Any:
+    """What a consumer of ``paths`` must hold for ``state``."""
+    texts = [paths] if isinstance(paths, str) else list(paths)
+    return snapshot_of(state, parse_paths(texts))
 
 
 def random_ops(rng: random.Random, state: Any, i: int) -> list[dict[str, Any]]:
@@ -81,10 +99,13 @@ async def test_each_consumer_holds_exactly_its_subtree(
 ) -> None:
     hub = start_hub()
     rng = random.Random(seed)
-    clients = {}
+    clients: dict[Any, Client] = {}
     for path in PATHS:
         clients[path] = await consumer(hub, "t", f"?path={path}")
+    for paths in SETS:
+        clients[paths] = await consumer(hub, "t", query(paths))
     binary = await consumer(hub, "t", "?path=/panels/b", msgpack_encoding=True)
+    binary_set = await consumer(hub, "t", query(SETS[0]), msgpack_encoding=True)
     whole = await consumer(hub, "t")
     agent = await producer(hub, "t")
     model = Document({})
@@ -101,12 +122,23 @@ async def test_each_consumer_holds_exactly_its_subtree(
     await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] == last, 20)
     state = hub.thread("t")["state"]
     assert state == model.root
-    mirrors = {}
+    mirrors: dict[Any, list[dict[str, Any]]] = {}
     for path, client in [*clients.items(), ("/panels/b", binary), ("", whole)]:
         mirror = Mirror()
         got = await follow(client, mirror, last)
-        assert mirror.doc.root == snapshot_of(state, parse_path(path)), path
+        assert mirror.doc.root == held_for(state, path), path
         mirrors[path] = got
+    mirror = Mirror()
+    assert (await follow(binary_set, mirror, last)) and mirror.doc.root == held_for(state, SETS[0])
+    # A set's frames keep the state's own pointers, and leave out what is outside the set.
+    pair = [e for e in mirrors[SETS[1]] if e["type"] == "STATE_DELTA"]
+    written = {op["path"] for d in pair for op in d["delta"]}
+    # (or an ancestor of one, written when a subtree appears or the last one under it goes)
+    assert written and all(
+        p in ("/panels", "/panels/a", "/panels/a/list") or p.startswith(SETS[1]) for p in written
+    ), written
+    assert len(mirrors[SETS[1]]) < len(mirrors[""]) / 2
+    assert any("prev" in e["metadata"]["hub"] for e in mirrors[SETS[1]])
     # Filtering happened: a panel's consumer was not sent the other panels' writes, and was
     # sent nothing at all for most of the events.
     deltas = [e for e in mirrors["/panels/a"] if e["type"] == "STATE_DELTA"]
@@ -195,7 +227,45 @@ async def test_a_resync_sends_the_subtree(hub: HubProcess) -> None:
     assert gone[-1]["type"] == "STATE_SNAPSHOT" and gone[-1]["snapshot"] is None
 
 
-@pytest.mark.parametrize("path", ["panels", "/a~2b", "/x&path=/y"])
+async def test_a_resync_of_a_set_sends_the_projection(hub: HubProcess) -> None:
+    agent = await producer(hub, "t")
+    await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"p": {"q": [1, 2]}, "r": 0, "s": 1}})
+    watcher = await consumer(hub, "t", "?path=/p/q&path=/r&path=/missing")
+    join = await watcher.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
+    assert join[0]["type"] == "STATE_SNAPSHOT" and join[0]["snapshot"] == {
+        "p": {"q": [1, 2]},
+        "r": 0,
+    }
+    await watcher.send({"type": "hub.resync", "reason": "patch_failed"})
+    got = await watcher.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
+    assert got[0]["type"] == "STATE_SNAPSHOT" and got[0]["snapshot"] == {"p": {"q": [1, 2]}, "r": 0}
+    await agent.send({"type": "STATE_DELTA", "delta": [{"op": "remove", "path": "/p"}]})
+    gone = await watcher.recv_until(lambda e: seq_of(e) == 2)
+    assert gone[-1]["type"] == "STATE_DELTA" and gone[-1]["delta"] == [
+        {"op": "remove", "path": "/p"}
+    ]
+    await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"missing": [3], "s": 2}})
+    fresh = await watcher.recv_until(lambda e: seq_of(e) == 3)
+    assert fresh[-1]["type"] == "STATE_SNAPSHOT" and fresh[-1]["snapshot"] == {"missing": [3]}
+
+
+async def test_more_paths_than_the_limit_are_refused_with_too_many_paths(hub: HubProcess) -> None:
+    await (
+        await Client.open(
+            f"{hub.ws}/v1/threads/t{query(tuple(f'/p{i}' for i in range(MAX_PATHS)))}"
+        )
+    ).close()
+    many = query(tuple(f"/p{i}" for i in range(MAX_PATHS + 1)))
+    with pytest.raises(InvalidStatus) as info:
+        await Client.open(f"{hub.ws}/v1/threads/t{many}")
+    assert info.value.response.status_code == 400
+    assert json.loads(info.value.response.body)["code"] == "too_many_paths"
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        response = await http.get(f"/v1/threads/t/events{many}")
+    assert response.status_code == 400 and response.json()["code"] == "too_many_paths"
+
+
+@pytest.mark.parametrize("path", ["panels", "/a~2b", "/x&path=y"])
 async def test_a_bad_path_is_refused_with_400(hub: HubProcess, path: str) -> None:
     with pytest.raises(InvalidStatus) as info:
         await Client.open(f"{hub.ws}/v1/threads/t?path={path}")
@@ -214,7 +284,7 @@ async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
     agent = await producer(hub, "t")
     model = Document({"panels": {"a": {"list": [0], "n": 0}}})
     await agent.send({"type": "STATE_SNAPSHOT", "snapshot": copy.deepcopy(model.root)})
-    paths = ("/panels/a", "/panels/c", "/panels")
+    paths = ("/panels/a", "/panels/c", "/panels", "/panels/a&path=/panels/c&path=/other")
     async with contextlib.AsyncExitStack() as stack:
         http = await stack.enter_async_context(
             httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False)
@@ -243,7 +313,7 @@ async def test_sse_consumers_hold_exactly_their_subtree_and_resume_into_it(
             mirror = mirrors[path]
             while mirror.seq < last:
                 mirror.apply(await stream.next())
-            assert mirror.doc.root == snapshot_of(model.root, parse_path(path)), path
+            assert mirror.doc.root == held_for(model.root, tuple(path.split("&path="))), path
             assert (stream.last_id() or "").endswith(f":{last}")
         resume_from = streams["/panels/a"].last_id()
 

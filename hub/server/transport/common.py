@@ -19,9 +19,9 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import is_thread_id
-from hub.core.subtree import StatePath, parse_path
+from hub.core.subtree import ROOT, StatePath, parse_paths
 from hub.core.thread import Outcome
-from hub.errors import BadPath, BadStatePath, HubError, PeerError
+from hub.errors import BadPath, HubError, PeerError
 from hub.limits import TokenBucket
 from hub.server.guard import Admission, Guard
 from hub.server.http11 import HttpRequest, Stream
@@ -142,15 +142,14 @@ def subtree_param(target: str) -> StatePath | None:
 
 
 def _path_param(query: dict[str, list[str]]) -> StatePath | None:
-    """The subtree a consumer asks for; :class:`BadStatePath` for a bad one (or several: one
-    per connection for now). ``""`` (or none) is the whole state."""
+    """The part of the state a consumer asks for (``?path=``, repeated for a few: their
+    projection, hub.core.subtree); :class:`BadStatePath` for a bad one, ``too_many_paths``
+    past the limit. ``""`` (or none) is the whole state."""
     values = query.get("path")
     if not values:
         return None
-    if len(values) > 1:
-        raise BadStatePath("one 'path' per connection")
-    path = parse_path(values[0])
-    return path if path.parts else None
+    path = parse_paths(values)
+    return None if path == ROOT else path
 
 
 def query_of(path: str) -> dict[str, str]:
@@ -173,6 +172,7 @@ _HTTP_STATUS = {
     "rate_limited": HTTPStatus.TOO_MANY_REQUESTS,
     "too_many_connections": HTTPStatus.TOO_MANY_REQUESTS,
     "too_many_threads": HTTPStatus.TOO_MANY_REQUESTS,
+    "run_queue_full": HTTPStatus.TOO_MANY_REQUESTS,
     "unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
     "not_found": HTTPStatus.NOT_FOUND,
     "unknown_agent": HTTPStatus.NOT_FOUND,

@@ -24,6 +24,16 @@ export { TRANSPORTS } from "./transport.js";
 
 const MAX_KEPT_ERRORS = 100;
 
+/** The paths a client holds, as given: null, one pointer, or a non-empty array of them. */
+function checkPath(path) {
+  const paths = Array.isArray(path) ? path : path === null ? [] : [path];
+  if (Array.isArray(path) && path.length === 0) throw new TypeError("path: give at least one JSON Pointer");
+  for (const p of paths) {
+    if (typeof p !== "string") throw new TypeError("path must be a JSON Pointer or an array of them");
+  }
+  return Array.isArray(path) ? [...path] : path;
+}
+
 export class HubClient extends Emitter {
   /**
    * @param {object} options
@@ -37,8 +47,11 @@ export class HubClient extends Emitter {
    * @param {Function} [options.EventSource] an EventSource constructor (sse; default the global)
    * @param {Function} [options.fetch] the Fetch API (sse: runs over HTTP; default the global)
    * @param {object} [options.backoff] `{initial, max, factor, jitter}` (ms) for reconnects
-   * @param {string} [options.path] hold only the subtree of the state at this JSON Pointer
-   *   (`/panels/revenue`): `state` is that subtree, kept by the hub's filtered frames
+   * @param {string|string[]} [options.path] hold only part of the state: one JSON Pointer
+   *   (`/panels/revenue`), and `state` is that subtree; or a few (`["/panels/revenue",
+   *   "/series"]`, up to 8), and `state` is their projection (each subtree at its own place,
+   *   its ancestors as objects: `{panels: {revenue: …}, series: […]}`); kept by the hub's
+   *   filtered frames (docs/protocol.md, "Subscribing to part of the state")
    */
   constructor(options = {}) {
     super();
@@ -46,8 +59,11 @@ export class HubClient extends Emitter {
     this.url = url.href;
     this.thread = thread;
     this.token = options.token ?? null;
-    /** The JSON Pointer of the subtree this client holds (`?path=`), or null: the whole state. */
-    this.path = options.path ?? null;
+    /**
+     * The part of the state this client holds (`?path=`): a JSON Pointer, an array of a few
+     * (their projection), or null: the whole state.
+     */
+    this.path = checkPath(options.path ?? null);
     this.encoding = checkEncoding(options.encoding ?? "json");
     this._transport = transportFor(options, this.encoding);
     /** 'websocket' | 'sse' */

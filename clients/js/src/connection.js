@@ -65,7 +65,8 @@ export class Connection {
       if (client.encoding === "msgpack") this._msgpack ??= await loadMsgpack();
       const [since, epoch] = client.mirror.resumePosition();
       url = client._transport.url(client.url);
-      if (client.path !== null) url.searchParams.set("path", client.path);
+      // One `path` is that subtree; several (repeated) their projection.
+      for (const path of client.path === null ? [] : [client.path].flat()) url.searchParams.append("path", path);
       if (since !== null) {
         url.searchParams.set("since", String(since));
         url.searchParams.set("epoch", epoch);

@@ -242,6 +242,55 @@ describe("HubClient over SSE on a real hub", { skip: hubMissing() ?? false }, ()
     });
   }
 
+  for (const transport of ["sse", "websocket"]) {
+    test(`with several paths (${transport}) it holds their projection, through a reconnect`, async () => {
+      const thread = threadId(`sse-paths-${transport}`);
+      const agent = await Agent.open(hub, thread);
+      const elsewhere = { type: "STATE_DELTA", delta: [{ op: "add", path: "/noise", value: 0 }] };
+      agent.send(START, section("one"), elsewhere);
+      await agent.flush();
+      const projection = (state) => {
+        const held = {};
+        if (state.doc?.title !== undefined) held.doc = { title: state.doc.title };
+        if (state.other !== undefined) held.other = state.other;
+        return held;
+      };
+      const client = open(hub, thread, { path: ["/doc/title", "/other"], transport, WebSocket });
+      let view = await hub.thread(thread);
+      await client.whenSynced(view.seq, { timeout: TIMEOUT });
+      assert.deepEqual(client.state, { doc: { title: "Draft" } });
+      assert.match(client.socket.url, /[?&]path=%2Fdoc%2Ftitle&path=%2Fother(&|$)/);
+      // /other appears (the hub writes it at its place), the title changes, /doc goes away
+      // (and with it the ancestor the title held), all around writes it leaves out.
+      agent.send(
+        { type: "STATE_DELTA", delta: [{ op: "add", path: "/other", value: { n: 1 } }] },
+        elsewhere,
+        { type: "STATE_DELTA", delta: [{ op: "replace", path: "/doc/title", value: "Final" }] },
+      );
+      await agent.flush();
+      view = await hub.thread(thread);
+      await client.whenSynced(view.seq, { timeout: TIMEOUT });
+      assert.deepEqual(client.state, { doc: { title: "Final" }, other: { n: 1 } });
+      client.disconnect();
+      agent.send({ type: "STATE_DELTA", delta: [{ op: "remove", path: "/doc" }] }, elsewhere);
+      await agent.flush();
+      view = await hub.thread(thread);
+      await client.whenSynced(view.seq, { timeout: TIMEOUT });
+      assert.deepEqual(client.state, projection(view.state));
+      assert.deepEqual(client.state, { other: { n: 1 } });
+      agent.send({ type: "STATE_DELTA", delta: [{ op: "add", path: "/doc", value: { title: "Back" } }] });
+      await agent.flush();
+      view = await hub.thread(thread);
+      await client.whenSynced(view.seq, { timeout: TIMEOUT });
+      assert.deepEqual(client.state, { other: { n: 1 }, doc: { title: "Back" } });
+      assert.deepEqual(client.resyncs, {});
+      assert.throws(() => open(hub, thread, { path: [] }), TypeError);
+      assert.throws(() => open(hub, thread, { path: ["/a", 1] }), TypeError);
+      await client.close();
+      await agent.close();
+    });
+  }
+
   test("edits need the WebSocket; a closed client's run is refused with `closed`", async () => {
     const client = open(hub, threadId("sse-edit"));
     await client.whenSynced();

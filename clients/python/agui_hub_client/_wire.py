@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -59,14 +59,18 @@ def with_position(url: str, since: int | None, epoch: str | None) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
-def with_subtree(url: str, path: str | None) -> str:
+def with_subtree(url: str, path: str | Sequence[str] | None) -> str:
     """``url`` subscribing to the subtree at JSON Pointer ``path`` (``?path=``; the hub
-    checks it), or ``url`` itself when ``path`` is None."""
+    checks it), or to the projection of a few (``?path=…&path=…``), or ``url`` itself when
+    ``path`` is None. TypeError for an empty list or one holding something else."""
     if path is None:
         return url
+    paths = [path] if isinstance(path, str) else list(path)
+    if not paths or not all(isinstance(p, str) for p in paths):
+        raise TypeError("path must be a JSON Pointer or a non-empty list of them")
     parts = urlsplit(url)
     query = [(k, v) for k, v in parse_qsl(parts.query) if k != "path"]
-    query.append(("path", path))
+    query += [("path", p) for p in paths]
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 

@@ -84,8 +84,11 @@ class Consumer:
         since, epoch: start from a known position instead of a fresh join. Pass the
             ``state`` and ``messages`` held at that position too.
         path: hold only the subtree of the thread's state at this JSON Pointer (e.g.
-            ``"/panels/revenue"``): :attr:`state` is that subtree, kept by the hub's
-            filtered frames (docs/protocol.md, "Subscribing to part of the state").
+            ``"/panels/revenue"``): :attr:`state` is that subtree; or a list of a few (up
+            to 8, ``["/panels/revenue", "/series"]``): :attr:`state` is their projection,
+            each subtree at its own place with its ancestors as objects (``{"panels":
+            {"revenue": …}, "series": […]}``). Kept by the hub's filtered frames
+            (docs/protocol.md, "Subscribing to part of the state").
         reconnect: reconnect after a disconnect (default True).
         max_retries: give up after this many failed reconnect attempts in a row (None: never).
         backoff, max_backoff: first and largest delay between reconnect attempts, in seconds.
@@ -125,7 +128,7 @@ class Consumer:
         headers: Mapping[str, str] | None = None,
         since: int | None = None,
         epoch: str | None = None,
-        path: str | None = None,
+        path: str | Sequence[str] | None = None,
         state: Any = None,
         messages: list[dict[str, Any]] | None = None,
         reconnect: bool = True,

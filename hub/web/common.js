@@ -84,7 +84,8 @@ export function presenceUrl(thread, name) {
  * Connect this page to `thread` and wire the status bar and the state dump. A token, if the hub
  * wants one, is taken from the page's fragment (`#token=...`: never sent to a server or logged).
  * `render(client)` is called after every change of the state or the messages. `path` (a JSON
- * Pointer) has the client hold only that subtree of the state (`?path=`); `presence` (a name)
+ * Pointer, or an array of a few) has the client hold only that subtree of the state, or their
+ * projection (`?path=`); `presence` (a name)
  * shows this tab on the thread (`?presence=`, see presence.js).
  *
  * Test hook: `window.__hub = {client, history, connections}`; `history` maps a seq to the dump
@@ -167,7 +168,7 @@ function buildBar(bar, thread, path) {
   bar.replaceChildren();
   const parts = {
     thread: field("thread", "thread", thread),
-    path: path ? field("holds", "path", path) : null,
+    path: path ? field("holds", "path", [path].flat().join(" ")) : null,
     status: field("status", "status", "connecting"),
     seq: field("seq", "seq", "0"),
     lag: field("lag", "lag", "0"),

@@ -1,33 +1,42 @@
 // The live dashboard: a chart of the agent's series that moves with every STATE_DELTA, figures
-// of it, and what the agent is saying. Read-only.
+// of it and of the agent's progress, and what the agent is saying. Read-only.
 //
-// It holds only what it draws: the client subscribes to the subtree `/series` (`?path=`,
-// docs/protocol.md "Subscribing to part of the state"), so the hub sends it that array and the
-// deltas under it, re-rooted (`/series/-` arrives as `/-`), and none of the document's sections
+// It holds only what it draws: the client subscribes to the paths it reads (`?path=` repeated,
+// docs/protocol.md "Subscribing to part of the state"), so its state is their projection,
+// `{series: [...], status: {step, phase}, counters: {words, sections}}`, and the hub sends it
+// the deltas under them (with their own pointers: `/series/-`), none of the document's sections
 // and text. Messages and run events come as on any connection.
 
 import { asText, byTestId, el, keepThreadInLinks, pageThread, renderMessages, startPage } from "./common.js";
 import { LineChart } from "./chart.js";
 
-/** The part of the state this page draws: its `state` is this subtree. */
-export const SERIES = "/series";
+/** The parts of the state this page draws: its `state` is their projection. */
+export const PATHS = ["/series", "/status", "/counters/words", "/counters/sections"];
 
 const figureBox = byTestId("figures");
 const messageList = byTestId("messages");
 const seriesLength = byTestId("series-length");
 const chart = new LineChart(byTestId("chart-box"), { label: "the agent's series" });
 
-/** Figure name -> how to read it from the series (untrusted: anything may be missing). */
+/**
+ * Figure name -> how to read it from the state held (untrusted: anything may be missing) and
+ * the series' numbers. The agent's progress (`/status`) and its counts (`/counters/words`, and
+ * `/counters/sections`: the agent's count of the document's sections, not the sections).
+ */
 const FIGURES = [
-  ["latest", (n) => n.at(-1)],
-  ["average", (n) => (n.length ? Math.round((n.reduce((a, b) => a + b, 0) / n.length) * 10) / 10 : undefined)],
-  ["low", (n) => (n.length ? Math.min(...n) : undefined)],
-  ["high", (n) => (n.length ? Math.max(...n) : undefined)],
-  ["change", (n) => (n.length > 1 ? n.at(-1) - n.at(-2) : undefined)],
+  ["step", (s) => s.status?.step],
+  ["phase", (s) => s.status?.phase],
+  ["sections", (s) => s.counters?.sections],
+  ["words", (s) => s.counters?.words],
+  ["latest", (s, n) => n.at(-1)],
+  ["average", (s, n) => (n.length ? Math.round((n.reduce((a, b) => a + b, 0) / n.length) * 10) / 10 : undefined)],
+  ["low", (s, n) => (n.length ? Math.min(...n) : undefined)],
+  ["high", (s, n) => (n.length ? Math.max(...n) : undefined)],
+  ["change", (s, n) => (n.length > 1 ? n.at(-1) - n.at(-2) : undefined)],
 ];
 const figureValues = new Map();
 for (const [name] of FIGURES) {
-  const value = el("div", { className: "figure-value", text: "–" });
+  const value = el("div", { className: name === "phase" ? "figure-value small" : "figure-value", text: "–" });
   figureBox.append(
     el(
       "div",
@@ -50,16 +59,23 @@ function numbers(list) {
 keepThreadInLinks();
 startPage({
   thread: pageThread("demo"),
-  path: SERIES,
+  path: PATHS,
   render(client) {
     run.textContent = client.mirror.runId ? "running" : "idle";
     renderMessages(messageList, client.messages, 6);
-    const series = numbers(client.state); // the subtree: the series, or null while there is none
+    // The projection: an object holding those of the paths the thread has ({} before any).
+    const state = client.state !== null && typeof client.state === "object" ? client.state : {};
+    const series = numbers(state.series);
     for (const [name, read] of FIGURES) {
-      const value = read(series);
+      let value;
+      try {
+        value = read(state, series);
+      } catch {
+        value = undefined;
+      }
       figureValues.get(name).textContent = value === undefined ? "–" : asText(value);
     }
-    chart.update(client.state);
+    chart.update(state.series);
     seriesLength.textContent = String(series.length);
   },
 });

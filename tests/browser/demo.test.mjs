@@ -131,6 +131,27 @@ function at(doc, path) {
 }
 
 /**
+ * What a client of `path` holds of `doc`: the whole of it (null), the subtree at one pointer,
+ * or, for an array of them, their projection (docs/protocol.md: each subtree that resolves at
+ * its place, ancestors as objects, nothing else).
+ */
+function heldOf(doc, path) {
+  if (path === null) return doc;
+  if (!Array.isArray(path)) return at(doc, path);
+  const out = {};
+  for (const pointer of path) {
+    const tokens = pointer.split("/").slice(1).map((t) => t.replaceAll("~1", "/").replaceAll("~0", "~"));
+    const parent = at(doc, pointer.split("/").slice(0, -1).join("/"));
+    if (parent === null || typeof parent !== "object" || !Object.hasOwn(parent, tokens.at(-1))) continue;
+    const value = at(doc, pointer);
+    let node = out;
+    for (const token of tokens.slice(0, -1)) node = node[token] ??= {};
+    node[tokens.at(-1)] = value;
+  }
+  return out;
+}
+
+/**
  * Every page holds exactly the hub's state and messages at one same seq: GET the thread, wait
  * until each page has reached that seq, and compare what each held there (its history keeps the
  * dump of every seq it applied; a page that jumped over that seq by a snapshot is retried at the
@@ -151,7 +172,7 @@ async function assertConverged(pages, { timeout = 15_000 } = {}) {
     if (held.every((h) => h !== null)) {
       for (const [i, h] of held.entries()) {
         const path = await pages[i].evaluate(() => window.__hub.client.path);
-        const state = path === null ? hub.state : at(hub.state, path);
+        const state = heldOf(hub.state, path);
         assert.deepEqual(JSON.parse(h), { state, messages: hub.messages }, `tab ${i} at seq ${hub.seq}`);
       }
       for (const page of pages) {
@@ -208,21 +229,23 @@ test("three tabs watching the demo agent converge to the hub's state", async () 
   const a = await openTab("A", "/demo/doc.html");
   await openTab("B", "/demo/doc.html");
   const c = await openTab("C", "/demo/dashboard.html");
-  // The dashboard holds only what it draws, the series: it subscribed with ?path=/series, and
-  // every delta it receives is re-rooted there (`/series/-` arrives as `/-`), nothing else.
+  // The dashboard holds only what it draws, the series, the agent's status and two counters: it
+  // subscribed with ?path= for each, so it holds their projection, and every delta it receives
+  // is under one of them (with its own pointer: `/series/-`), nothing else.
   await c.evaluate(() => {
     window.__deltaPaths = [];
     window.__hub.client.on("event", (e) => e.type === "STATE_DELTA" && window.__deltaPaths.push(...e.delta.map((op) => op.path)));
   });
-  assert.equal(await c.evaluate(() => window.__hub.client.path), "/series");
-  assert.equal(new URL(await c.evaluate(() => window.__hub.client.socket.url)).searchParams.get("path"), "/series");
-  assert.equal(await c.textContent('[data-testid="path"]'), "/series");
+  const drawn = ["/series", "/status", "/counters/words", "/counters/sections"];
+  assert.deepEqual(await c.evaluate(() => window.__hub.client.path), drawn);
+  assert.deepEqual(new URL(await c.evaluate(() => window.__hub.client.socket.url)).searchParams.getAll("path"), drawn);
+  assert.equal(await c.textContent('[data-testid="path"]'), drawn.join(" "));
   const first = await assertConverged([tabs.A, tabs.B, tabs.C]);
   // The chart follows the series as deltas arrive.
   const chartAt = () =>
     c.evaluate(() => ({
       values: document.querySelector('[data-testid="chart"]').dataset.values,
-      series: JSON.stringify(window.__hub.client.state),
+      series: JSON.stringify(window.__hub.client.state.series),
       latest: document.querySelector('[data-testid="figure-latest"] .figure-value').textContent,
     }));
   const before = await chartAt();
@@ -236,13 +259,21 @@ test("three tabs watching the demo agent converge to the hub's state", async () 
   const second = await assertConverged([tabs.A, tabs.B, tabs.C]);
   assert.ok(second.seq > first.seq, "the agent kept writing");
   const paths = await c.evaluate(() => window.__deltaPaths);
-  assert.ok(paths.includes("/-"), `the series' appends arrived re-rooted: ${paths.slice(0, 20)}`);
+  assert.ok(paths.includes("/series/-"), `the series' appends arrived: ${paths.slice(0, 20)}`);
   assert.deepEqual(
-    paths.filter((p) => !/^\/(-|\d+)$/.test(p)),
+    paths.filter((p) => !drawn.some((d) => p === d || p.startsWith(d + "/")) && p !== "/counters"),
     [],
-    "no delta outside the series reached the dashboard",
+    "no delta outside what it draws reached the dashboard",
   );
-  assert.ok(!(await c.textContent('[data-testid="state-json"]')).includes("sections"));
+  const dumped = JSON.parse(await c.textContent('[data-testid="state-json"]'));
+  assert.deepEqual(Object.keys(dumped).sort(), ["counters", "series", "status"]);
+  assert.deepEqual(Object.keys(dumped.counters).sort(), ["sections", "words"], "no document, no other counter");
+  // The four figures read outside the series show the agent's progress again.
+  for (const name of ["step", "phase", "sections", "words"]) {
+    const shown = await c.textContent(`[data-testid="figure-${name}"] .figure-value`);
+    assert.notEqual(shown, "–", `figure ${name} is shown`);
+    if (name !== "phase") assert.ok(Number.isInteger(Number(shown)), `figure ${name}: ${shown}`);
+  }
   // Each tab joined once, with no repair.
   for (const page of [a, tabs.B, c]) {
     const held = await client(page);
@@ -265,9 +296,9 @@ test("three tabs watching the demo agent converge to the hub's state", async () 
 test("a tab whose copy is corrupted detects the failed patch and recovers through a snapshot", async () => {
   const c = tabs.C;
   const hubBefore = await metric("agui_hub_resyncs_total", { cause: "patch_failed" });
-  // The agent appends to /series in every delta, which reaches the dashboard (holding only the
-  // series) as an append to its root: with its copy a string, the next one fails.
-  await c.evaluate(() => window.__hub.client.mirror.corrupt("", "corrupted"));
+  // The agent appends to /series in every delta, which reaches the dashboard (holding the
+  // series at its place): with its copy of the series a string, the next one fails.
+  await c.evaluate(() => window.__hub.client.mirror.corrupt("/series", "corrupted"));
   await until(c, () => window.__hub.client.snapshots.patch_failed === 1 && window.__hub.client.inSync, null, {
     what: "the repair snapshot",
   });
@@ -280,7 +311,7 @@ test("a tab whose copy is corrupted detects the failed patch and recovers throug
     assert.equal(await shownResyncs(page, "patch_failed"), 0);
   }
   await assertConverged([tabs.A, tabs.B, c]);
-  assert.ok(await c.evaluate(() => Array.isArray(window.__hub.client.state)));
+  assert.ok(await c.evaluate(() => Array.isArray(window.__hub.client.state.series)));
   await shot(c, "dashboard-repaired");
 });
 

@@ -5,8 +5,9 @@ writing thread ``demo``); ``demo.test.mjs`` (``node --test``) opens the pages in
 checks, comparing every tab with ``GET /v1/threads/demo`` at the same seq:
 
 - three tabs (two on the document, one on the dashboard) converge to the hub's state, and the
-  dashboard's chart follows the series as deltas arrive; the dashboard subscribes to ``/series``
-  only (``?path=``): it holds exactly that subtree and receives no delta outside it;
+  dashboard's chart follows the series as deltas arrive; the dashboard subscribes to what it
+  draws (``?path=/series&path=/status&path=/counters/words&path=/counters/sections``): it holds
+  exactly their projection, receives no delta outside them, and shows its figures of each;
 - a tab whose copy is deliberately corrupted fails the next patch, asks ``hub.resync``
   (``patch_failed``), is repaired by a snapshot and converges; only that tab counts a resync;
 - a tab taken offline comes back, resumes with ``since`` and gets a replay (no new join);

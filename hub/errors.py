@@ -304,7 +304,9 @@ ERROR_CODES.update(
     {
         "run_in_progress": "a run was asked for while the thread's run is still open",
         "unknown_agent": "hub.run names an agent the hub is not configured to call",
-        "unknown_run": "hub.cancel names a run that is not the thread's open run",
+        "unknown_run": "hub.cancel names a run that is not the thread's open run, nor queued",
+        "run_queue_full": "policy enqueue: the thread has as many runs queued as allowed "
+        "(limit max_queued_runs); nothing queued (429)",
         # RUN_ERROR codes of runs the hub calls an agent for (never hub.error frames):
         "agent_unavailable": "RUN_ERROR: the agent's endpoint could not be reached",
         "agent_error": "RUN_ERROR: the agent answered an HTTP error or a stream that is not AG-UI",

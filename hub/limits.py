@@ -27,6 +27,8 @@ code                      limit (:class:`Limits` field)         close when
 ``presence_too_large``    ``presence_data_bytes`` (1024)        -     a member's data is larger
 ``presence_rate_limited`` ``presence_updates_per_second`` (10, -     a consumer sends presence
                           burst 20) per consumer connection           updates faster
+``run_queue_full``        ``max_queued_runs`` (16) per thread   -     one run too many queued
+                                                                      (policy ``enqueue``)
 ========================= ===================================== ===== ===========================
 
 Depth counts containers: a scalar is 0 deep, ``{}`` and ``[]`` are 1, ``{"a": []}`` is 2.
@@ -56,6 +58,8 @@ TOO_MANY_MESSAGES: Final = "too_many_messages"
 RATE_LIMITED: Final = "rate_limited"
 TOO_MANY_CONNECTIONS: Final = "too_many_connections"
 TOO_MANY_THREADS: Final = "too_many_threads"
+#: Runs queued on one thread (policy ``enqueue``, hub.server.run_queue): one more is refused.
+RUN_QUEUE_FULL: Final = "run_queue_full"
 #: Every limit code, for metrics labels.
 LIMIT_CODES: Final = (
     FRAME_TOO_LARGE,
@@ -194,6 +198,9 @@ class Limits:
     presence_data_bytes: int = 1024
     presence_updates_per_second: float = 10.0
     presence_updates_burst: float = 20.0
+    #: Runs one thread may have queued (policy ``enqueue``): past it a run is refused with
+    #: ``run_queue_full`` (HTTP 429), nothing queued.
+    max_queued_runs: int = 16
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -182,8 +182,9 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         default=[],
         metavar="NAME=URL[,policy=P]",
         help="an AG-UI HTTP endpoint the hub may run as NAME (repeat); P: what a new run does "
-        "while the thread has one open: reject (409 run_in_progress, the default) or supersede "
-        "(the open run is cancelled, then the new one starts)",
+        "while the thread has one open: reject (409 run_in_progress, the default), supersede "
+        "(the open run is cancelled, then the new one starts) or enqueue (it waits in the "
+        "thread's queue, --limit max_queued_runs, and starts when the runs before it ended)",
     )
     agents.add_argument(
         "--agent-header",

@@ -21,7 +21,7 @@ class AgentTarget:
     url: str
     headers: tuple[tuple[str, str], ...] = ()
     #: What a new run does while the thread has one open (``--agent NAME=URL,policy=P``):
-    #: ``reject`` (409 ``run_in_progress``) or ``supersede`` (see hub.wire.control).
+    #: ``reject`` (409 ``run_in_progress``), ``supersede`` or ``enqueue`` (see hub.wire.control).
     policy: str = "reject"
 
 

@@ -56,11 +56,15 @@ from hub.server.interrupts import answerer as answerer  # the transports' import
 from hub.server.loaded import LoadedThread
 from hub.server.logs import about
 from hub.server.node import Change
+from hub.server.run_queue import RunQueue
 from hub.wire import control
 
 log = logging.getLogger("agui_hub.upstream")
 #: Times a run with policy ``supersede`` cancels the open run and tries to open, at most.
 SUPERSEDE_ATTEMPTS = 5
+#: Seconds a cancel of a queued run that a node is opening right then waits for it to open.
+CANCEL_WAIT = 0.05
+CANCEL_WAITS = 100
 #: Seconds a cancel (or a draining node) waits for a run to close its request and end.
 STOP_TIMEOUT = 5.0
 #: Seconds a run's lease lasts unless renewed, how often its node renews it, and how often
@@ -80,6 +84,8 @@ class Upstream:
         self.runs: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
+        #: Runs of policy ``enqueue`` waiting for the thread's open run (hub.server.run_queue).
+        self.queue = RunQueue(hub, self._start_queued)
 
     def start_watch(self) -> None:
         """Start ending the runs whose node went away (see the module's docstring)."""
@@ -91,6 +97,7 @@ class Upstream:
         self._closing = True
         if self._watch is not None:
             self._watch.cancel()
+        await self.queue.close()
         tasks = list(self.runs.values())
         for task in tasks:
             task.cancel()
@@ -119,7 +126,12 @@ class Upstream:
         run, the thread says so right after the run's ``RUN_STARTED`` (``CUSTOM``
         ``hub.interrupt_resolved``, one per answer, ``by`` the caller's ``sub``) and the agent
         gets the answers in ``RunAgentInput.resume``. A run that does not open, or whose agent
-        never takes it, gives the claim back."""
+        never takes it, gives the claim back.
+
+        With policy ``enqueue``, a run that cannot open now (the thread has a run open, or
+        runs queued) is queued instead (:mod:`hub.server.run_queue`): ``{threadId, runId,
+        queued: true, position}``. Never an answer to interrupts (they are open only between
+        runs), nor a run with ``on_open`` (its caller streams it from its opening, now)."""
         target = self.config.agents.get(command.agent)
         if target is None:
             raise UnknownAgent("no agent of that name is configured")
@@ -178,11 +190,20 @@ class Upstream:
                     on_open(thread)
             return outcome
 
+        policy = command.policy or target.policy
+        if policy == "enqueue" and (resume or on_open is not None):
+            policy = "reject"  # it starts now or not at all
+        if policy == "enqueue" and (
+            loaded.thread.run is not None or await self.queue.pending(loaded)
+        ):
+            return await self.queue.add(loaded, command, run_id, by)
         try:
-            await self._open(loaded, run_id, command.policy or target.policy, open_run)
-        except BaseException:
+            await self._open(loaded, run_id, policy, open_run)
+        except BaseException as exc:
             if answer is not None:  # the run did not open: the answers it claimed are open again
                 await asyncio.shield(self._release(loaded, answer))
+            if policy == "enqueue" and isinstance(exc, RunInProgress):  # one opened first
+                return await self.queue.add(loaded, command, run_id, by)
             raise
         loaded.producers += 1  # keeps the thread loaded while the run lasts
         task = asyncio.create_task(self._run(loaded, target, run_id, dict(built), answer))
@@ -190,6 +211,11 @@ class Upstream:
         # The thread's list entry names the agent of its latest run (GET /v1/threads).
         self.hub.persistence.update_info(loaded, agent=command.agent)
         return {"threadId": thread_id, "runId": run_id}
+
+    async def _start_queued(
+        self, loaded: LoadedThread, command: control.Run, run_id: str, by: str | None
+    ) -> dict[str, Any]:
+        return await self.start(loaded, command, run_id, by=by)
 
     async def _open(self, loaded: LoadedThread, run_id: str, policy: str, open_run: Change) -> None:
         """Lease the run and open it in the thread (``open_run``), or raise why it did not
@@ -235,19 +261,32 @@ class Upstream:
     async def cancel(self, loaded: LoadedThread, run_id: str) -> None:
         """End the run ``run_id`` with ``RUN_ERROR`` ``cancelled``: this node's call to the
         agent is closed; a run this node does not call (another node's, or an agent
-        connection's) is ended in the thread all the same."""
-        task = self.runs.get((loaded.key, run_id))
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task], timeout=STOP_TIMEOUT)
-            return
-        if loaded.thread.run_id != run_id:
-            raise UnknownRun("that run is not open on this thread")
+        connection's) is ended in the thread all the same. A queued run is taken out of the
+        queue (nothing is published: it never started); one a node is opening right then is
+        cancelled once open."""
+        for _ in range(CANCEL_WAITS):
+            task = self.runs.get((loaded.key, run_id))
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task], timeout=STOP_TIMEOUT)
+                return
+            if loaded.thread.run_id == run_id:
+                break
+            taken = await self.queue.cancel(loaded, run_id)
+            if taken:
+                return
+            if taken is False:
+                raise UnknownRun("that run is neither open nor queued on this thread")
+            await asyncio.sleep(CANCEL_WAIT)  # being opened: cancelled once open
+            await self.hub.refresh(loaded)
+        else:
+            raise UnknownRun("that run is neither open nor queued on this thread")
         outcome = await asyncio.shield(
             self.hub.submit(loaded, ending(run_id, "the run was cancelled", "cancelled"))
         )
         if outcome.error is not None:
             raise outcome.error
+        self.queue.kick(loaded)  # its node kicks too, once it sees the run ended
 
     # -- one run --------------------------------------------------------------------------------
 
@@ -297,6 +336,8 @@ class Upstream:
             await self.hub.store.release_run(loaded.key, run_id)
         except Exception:
             log.exception("ending the run %s failed", run_id, extra=about(loaded.key, run=run_id))
+        if not self._closing:
+            self.queue.kick(loaded)  # the thread's next queued run, if any, starts now
 
     # -- leases ---------------------------------------------------------------------------------
 
@@ -320,6 +361,10 @@ class Upstream:
                         await self._stop_if_ended(loaded, mine, task)
                     except Exception as exc:
                         self.hub.store_health.failed(exc, log, "checking run %s failed: %s", mine)
+            try:
+                await self.queue.tick()
+            except Exception as exc:  # the store is away: look again later
+                self.hub.store_health.failed(exc, log, "looking at the queued runs failed: %s")
             try:
                 lapsed = await self.hub.store.lapsed_runs()
             except Exception as exc:  # the store is away: look again later
@@ -367,6 +412,7 @@ class Upstream:
         message = "the hub node running the agent went away"
         await asyncio.shield(self.hub.submit(loaded, ending(run_id, message, "agent_disconnected")))
         await store.release_run(loaded.key, run_id)
+        self.queue.kick(loaded)
 
 
 def _input_messages(command: control.Run) -> list[dict[str, Any]]:

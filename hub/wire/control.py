@@ -14,8 +14,9 @@ HEARTBEAT = "hub.heartbeat"
 SESSION = "hub.session"
 RUN = "hub.run"
 #: What starting a run does when the thread has one open: ``reject`` it (``409
-#: run_in_progress``), or ``supersede`` the open run (cancelled, then the new one starts).
-RUN_POLICIES = ("reject", "supersede")
+#: run_in_progress``), ``supersede`` the open run (cancelled, then the new one starts), or
+#: ``enqueue`` it (it starts once the runs before it ended; hub.server.run_queue).
+RUN_POLICIES = ("reject", "supersede", "enqueue")
 CANCEL = "hub.cancel"
 
 

@@ -1,0 +1,223 @@
+"""Policy ``enqueue`` (issue 21, 3): a run asked for while the thread has one open waits in the
+thread's queue, bounded (``run_queue_full`` past it), answered ``202`` with its place; queued
+runs start one after another in the order they were queued, each from the state and messages
+the run before it left, on whichever node; a cancel of a queued run takes it out. Real hub
+processes, a real scripted agent, a real redis-server for two nodes; the entry's encoding is
+pure and tested on its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from agents import AgentServer
+from redis_support import RedisServer
+from support import Client, HubProcess, is_custom
+from test_runs import agent_args, consumer, user
+
+from hub.server.run_queue import Queued
+from hub.wire import control
+
+
+def test_a_queued_run_keeps_what_was_asked_and_opens_without_queueing_again() -> None:
+    asked = control.Run(
+        "counter",
+        [user("u1", "héllo")],
+        [{"name": "t", "description": "d", "parameters": {}}],
+        [{"description": "c", "value": "v"}],
+        {"k": [1, None]},
+        policy="enqueue",
+    )
+    queued = Queued.decode(Queued.of(asked, "ana").encode())
+    assert queued == Queued.of(asked, "ana") and queued.by == "ana"
+    again = queued.command()
+    assert (again.agent, again.messages, again.tools) == (asked.agent, asked.messages, asked.tools)
+    assert (again.context, again.forwarded_props) == (asked.context, asked.forwarded_props)
+    assert again.policy == "reject"  # its turn came: it opens now or not at all
+    assert Queued.decode(Queued.of(asked, None).encode()).by is None
+
+
+def started_runs(client: Client) -> list[str]:
+    return [e["runId"] for e in client.received if e["type"] == "RUN_STARTED"]
+
+
+def run_bounds(client: Client) -> list[tuple[str, str | None]]:
+    """Each run's start and end in what the client received, in order, as (type, run id):
+    an end belongs to the run started last (a RUN_ERROR need not name its run)."""
+    bounds: list[tuple[str, str | None]] = []
+    current = None
+    for event in client.received:
+        if event["type"] == "RUN_STARTED":
+            current = event["runId"]
+        if event["type"] in ("RUN_STARTED", "RUN_FINISHED", "RUN_ERROR"):
+            bounds.append((event["type"], current))
+    return bounds
+
+
+async def end_of(client: Client, run_id: str, timeout: float = 15.0) -> str:
+    """Receive until the run ``run_id`` ended; how (RUN_FINISHED or RUN_ERROR)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        for kind, run in run_bounds(client):
+            if run == run_id and kind != "RUN_STARTED":
+                return kind
+        await client.recv(max(0.01, deadline - loop.time()))
+
+
+def inputs_of(agent: AgentServer, run_id: str) -> dict[str, Any]:
+    found = [i for i in agent.inputs if i["runId"] == run_id]
+    assert len(found) == 1, (run_id, len(found))
+    return found[0]
+
+
+async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_queued_runs_wait_their_turn_and_start_in_order_from_the_state_left(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    args = [*agent_args(agent, tmp_path), "--limit", "max_queued_runs=2"]
+    hub = start_hub(*args, "--agent", f"queued={agent.url('counter')},policy=enqueue")
+    tab = await consumer(hub, "q-one")
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        runs = "/v1/threads/q-one/runs"
+        held = (await http.post(runs, json={"agent": "hold"})).json()["runId"]
+        # The agent's own policy (--agent ...,policy=enqueue): queued, not refused.
+        first = await http.post(runs, json={"agent": "queued", "messages": [user("u1", "one")]})
+        assert first.status_code == 202, first.text
+        assert first.json()["queued"] is True and first.json()["position"] == 1
+        # Per request, over the WebSocket: queued behind it.
+        await tab.send(
+            {
+                "type": "hub.run",
+                "agent": "counter",
+                "policy": "enqueue",
+                "messages": [user("u2", "two")],
+            }
+        )
+        got = await tab.recv_until(lambda e: is_custom(e, "hub.run") or is_custom(e, "hub.error"))
+        assert is_custom(got[-1], "hub.run"), got[-1]
+        second = got[-1]["value"]
+        assert second["queued"] is True and second["position"] == 2
+        # Past the bound: refused with a stable code, nothing queued.
+        full = await http.post(runs, json={"agent": "counter", "policy": "enqueue"})
+        assert full.status_code == 429 and full.json()["code"] == "run_queue_full", full.text
+        # The default policy still refuses at once.
+        refused = await http.post(runs, json={"agent": "counter"})
+        assert refused.status_code == 409 and refused.json()["code"] == "run_in_progress"
+
+        # A cancel of a queued run takes it out of the queue (once); nothing is published.
+        first_id = first.json()["runId"]
+        cancelled = await http.delete(f"{runs}/{first_id}")
+        assert cancelled.status_code == 200 and cancelled.json()["cancelled"] is True
+        again = await http.delete(f"{runs}/{first_id}")
+        assert again.status_code == 404 and again.json()["code"] == "unknown_run"
+        third = await http.post(runs, json={"agent": "queued", "messages": [user("u3", "three")]})
+        assert third.json()["position"] == 2, third.text  # the cancelled one left a place
+        assert hub.thread("q-one")["run"]["runId"] == held  # nothing queued started meanwhile
+
+        # The open run ends: the queued runs start in turn, each from what the last one left.
+        assert (await http.delete(f"{runs}/{held}")).status_code == 200
+        third_id = third.json()["runId"]
+        assert await end_of(tab, held) == "RUN_ERROR"
+        assert await end_of(tab, second["runId"]) == "RUN_FINISHED"
+        assert await end_of(tab, third_id) == "RUN_FINISHED"
+        assert started_runs(tab) == [held, second["runId"], third_id]
+        assert [i["runId"] for i in agent.inputs if i["threadId"] == "q-one"] == [
+            held,
+            second["runId"],
+            third_id,
+        ]
+        assert first_id not in {i["runId"] for i in agent.inputs}  # the cancelled one never ran
+        before = inputs_of(agent, second["runId"])
+        after = inputs_of(agent, third_id)
+        # Built when it opened, not when it was queued: the state and messages of the run
+        # before it, its own message last.
+        assert after["state"] == {"runs": 1, "log": ["run 1"]}, after["state"]
+        assert after["parentRunId"] == second["runId"]
+        ids = [m["id"] for m in after["messages"]]
+        assert ids == [*[m["id"] for m in before["messages"]], f"m-{second['runId']}", "u3"]
+        assert hub.thread("q-one")["state"] == {"runs": 2, "log": ["run 1", "run 2"]}
+
+        # On a free thread with an empty queue, an enqueue run starts at once.
+        now = await http.post(runs, json={"agent": "queued"})
+        assert now.status_code == 202 and "queued" not in now.json(), now.text
+        assert await end_of(tab, now.json()["runId"]) == "RUN_FINISHED"
+
+
+async def test_three_callers_at_once_on_two_nodes_run_one_after_another_in_order(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> None:
+    args = [*agent_args(agent, tmp_path), "--limit", "max_queued_runs=4"]
+    n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
+    tabs = [await consumer(n0, "q-nodes"), await consumer(n1, "q-nodes")]
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        held = await http.post(f"{n0.http}/v1/threads/q-nodes/runs", json={"agent": "hold"})
+        held_id = held.json()["runId"]
+        await wait_for(lambda: n1.thread("q-nodes")["run"] is not None)
+
+        # Three callers at once, on both nodes.
+        def ask(node: HubProcess, n: int) -> Any:
+            body = {"agent": "counter", "policy": "enqueue", "messages": [user(f"u{n}", str(n))]}
+            return http.post(f"{node.http}/v1/threads/q-nodes/runs", json=body)
+
+        answers = await asyncio.gather(ask(n0, 1), ask(n1, 2), ask(n0, 3))
+        assert [a.status_code for a in answers] == [202] * 3, [a.text for a in answers]
+        queued = sorted((a.json()["position"], a.json()["runId"]) for a in answers)
+        assert [place for place, _ in queued] == [1, 2, 3], queued
+        order = [run_id for _, run_id in queued]
+        # A fourth fills the queue; a fifth is refused; the fourth is cancelled from the other
+        # node than the one that queued it.
+        fourth = await ask(n1, 4)
+        assert fourth.json()["position"] == 4, fourth.text
+        fifth = await ask(n0, 5)
+        assert fifth.status_code == 429 and fifth.json()["code"] == "run_queue_full", fifth.text
+        fourth_id = fourth.json()["runId"]
+        gone = await http.delete(f"{n0.http}/v1/threads/q-nodes/runs/{fourth_id}")
+        assert gone.status_code == 200, gone.text
+        await asyncio.sleep(0.3)
+        # Nothing queued started while the run was open.
+        assert n1.thread("q-nodes")["run"]["runId"] == held_id
+        assert [i["runId"] for i in agent.inputs if i["threadId"] == "q-nodes"] == [held_id]
+
+        # The open run (n0's) is cancelled from n1: the three start one after another, in the
+        # order they were queued, whichever node opens each.
+        assert (
+            await http.delete(f"{n1.http}/v1/threads/q-nodes/runs/{held_id}")
+        ).status_code == 200
+        for tab in tabs:
+            for run_id in order:
+                assert await end_of(tab, run_id) == "RUN_FINISHED"
+            assert started_runs(tab) == [held_id, *order]
+            # One after another: each run ended before the next started.
+            bounds = run_bounds(tab)
+            assert bounds == [
+                ("RUN_STARTED", held_id),
+                ("RUN_ERROR", held_id),
+                *[(kind, r) for r in order for kind in ("RUN_STARTED", "RUN_FINISHED")],
+            ], bounds
+    # None lost, none twice, the cancelled one never: each saw the state the one before left.
+    ran = [i["runId"] for i in agent.inputs if i["threadId"] == "q-nodes"]
+    assert ran == [held_id, *order], ran
+    for n, run_id in enumerate(order):
+        given = inputs_of(agent, run_id)["state"]
+        assert given.get("runs", 0) == n, (run_id, given)
+        assert given.get("log", []) == [f"run {k}" for k in range(1, n + 1)]
+    for node in (n0, n1):
+        view = node.thread("q-nodes")
+        assert view["state"] == {"runs": 3, "log": ["run 1", "run 2", "run 3"]}
+        assert view["run"] is None
+    await asyncio.sleep(0.5)  # a run started twice would have reached the agent by now
+    assert len([i for i in agent.inputs if i["threadId"] == "q-nodes"]) == 4

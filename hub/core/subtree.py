@@ -34,7 +34,8 @@ an absent subtree holds ``null`` (:func:`snapshot_of`): it gets ``Snapshot(None,
 when its subtree goes away, a snapshot of the subtree when one appears there, and nothing while
 it stays absent (no event can apply an operation inside a subtree that does not exist).
 
-Several paths (``?path=/panels/revenue&path=/panels/costs``, at most :data:`MAX_PATHS`): the
+Several paths (``?path=/panels/revenue&path=/panels/costs``, at most :data:`MAX_PATHS`; parsed
+in hub.core.state_path): the
 consumer holds their *projection* (hub.core.projection: each subtree at its own place, its
 ancestors as objects, nothing else; ``{}`` when none resolves). A path at or below another of
 the set is merged into it (the outer one holds it already); a set holding ``""`` is the whole
@@ -66,9 +67,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import BadStatePath, TooManyPaths
-from ..wire.pointer import is_json_pointer, join_pointer, split_pointer
+from ..wire.pointer import join_pointer, split_pointer
 from .projection import Change, ops_for, project, reprefix
+from .state_path import (
+    MAX_PATH_CHARS,
+    MAX_PATH_DEPTH,
+    MAX_PATHS,
+    ROOT,
+    Pointer,
+    StatePath,
+    parse_path,
+    parse_paths,
+)
 
 __all__ = [
     "ABSENT",
@@ -97,108 +107,7 @@ __all__ = [
 Json = Any
 Op = dict[str, Json]
 
-#: A subscription path longer than this many characters is refused (``bad_path``).
-MAX_PATH_CHARS: Final = 1024
-#: A subscription path of more tokens than this is refused: no state nests deeper than the
-#: depth limit (``hub.limits``, 64), so a deeper path could never resolve.
-MAX_PATH_DEPTH: Final = 64
-#: A consumer may subscribe to this many paths at most (``too_many_paths`` past it): "a few
-#: per connection". Each distinct path costs a walk of every STATE_DELTA of the thread.
-MAX_PATHS: Final = 8
-
 _CANONICAL_INDEX = re.compile(r"0|[1-9][0-9]*")
-
-
-# -- paths ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Pointer:
-    """One parsed JSON Pointer: its text and its unescaped tokens. Two spellings of one
-    pointer cannot exist (RFC 6901 escaping is one to one)."""
-
-    text: str
-    parts: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StatePath:
-    """What a consumer subscribes to: one pointer, whose subtree its state IS, or (``projected``)
-    a few, whose projection its state is. Hashable, so the I/O layer keys frames by it; the
-    pointers of a projection are sorted and none is at or below another, so one set of paths
-    has one key however it was spelt."""
-
-    pointers: tuple[Pointer, ...]
-    projected: bool = False
-
-    @property
-    def pointer(self) -> str:
-        """The text of the path (the pointers joined by ``&`` for a projection)."""
-        return "&".join(p.text for p in self.pointers)
-
-    @property
-    def parts(self) -> tuple[str, ...]:
-        """The tokens of a one-pointer path (a projection has no single place)."""
-        if self.projected:
-            raise ValueError("a projection of several paths has no single place")
-        return self.pointers[0].parts
-
-
-#: The whole state.
-ROOT: Final = StatePath((Pointer("", ()),))
-
-
-def _parse_pointer(text: object) -> Pointer:
-    if type(text) is not str:
-        raise BadStatePath("a state path must be a string (a JSON Pointer)")
-    if len(text) > MAX_PATH_CHARS:
-        raise BadStatePath(f"a state path may have at most {MAX_PATH_CHARS} characters")
-    if not is_json_pointer(text):
-        raise BadStatePath(
-            "a state path must be a JSON Pointer (RFC 6901): empty, or '/'-separated tokens"
-            " with '~' escaped as '~0' and '/' as '~1'"
-        )
-    parts = split_pointer(text)
-    if len(parts) > MAX_PATH_DEPTH:
-        raise BadStatePath(f"a state path may have at most {MAX_PATH_DEPTH} tokens")
-    return Pointer(text, parts)
-
-
-def parse_path(text: object) -> StatePath:
-    """Parse a subscription path: an RFC 6901 JSON Pointer, ``""`` for the whole state.
-
-    Raises :class:`~hub.errors.BadStatePath` (code ``bad_path``) for anything else: not a
-    string, not empty and not starting with ``/``, a ``~`` not followed by ``0`` or ``1``, more
-    than :data:`MAX_PATH_CHARS` characters or :data:`MAX_PATH_DEPTH` tokens. The message never
-    echoes the path."""
-    return StatePath((_parse_pointer(text),))
-
-
-def parse_paths(texts: Sequence[object]) -> StatePath:
-    """Parse the paths of one subscription (each as :func:`parse_path`): one is that path;
-    two or more (up to :data:`MAX_PATHS`) are their projection, with a path at or below
-    another merged into it, and ``""`` among them meaning the whole state (:data:`ROOT`).
-
-    Raises :class:`~hub.errors.TooManyPaths` (``too_many_paths``) past :data:`MAX_PATHS`
-    and :class:`~hub.errors.BadStatePath` for none or a bad one."""
-    if not texts:
-        raise BadStatePath("a subscription needs at least one state path")
-    if len(texts) > MAX_PATHS:
-        raise TooManyPaths(f"a consumer may subscribe to at most {MAX_PATHS} state paths")
-    pointers = sorted((_parse_pointer(t) for t in texts), key=lambda p: p.parts)
-    if len(pointers) == 1:
-        return StatePath((pointers[0],))
-    kept: list[Pointer] = []
-    for pointer in pointers:
-        # Sorted, so a path's ancestor among them is the last one kept, if any.
-        if kept and pointer.parts[: len(kept[-1].parts)] == kept[-1].parts:
-            continue
-        kept.append(pointer)
-    if not kept[0].parts:
-        return ROOT
-    return StatePath(tuple(kept), projected=True)
-
-
 _split = split_pointer
 _join = join_pointer
 

@@ -85,7 +85,9 @@ def build(seed: int, joins: int = 4) -> Sequence:
     full_until: int | None = None  # its queue drops what is written up to this seq
 
     def repair() -> None:
-        conflated.frames.extend(copy.deepcopy(sync_frames(thread, view)))
+        # Its first join holds nothing; later repairs hold what it was sent.
+        holding = view.epoch is not None
+        conflated.frames.extend(copy.deepcopy(sync_frames(thread, view, holding)))
         view.catch_up(thread)
 
     repair()  # it joins first

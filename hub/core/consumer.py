@@ -12,6 +12,9 @@ state, in a stream the official AG-UI client accepts:
 1. end the streaming items the consumer has open that the thread no longer has open;
 2. finish the consumer's run if it is not the thread's open run, and start the thread's;
 3. ``STATE_SNAPSHOT`` and ``MESSAGES_SNAPSHOT`` (without items about to be re-opened);
+   for a consumer that holds messages already (every repair but a fresh join), a first
+   ``MESSAGES_SNAPSHOT`` that clears its copy (:func:`_clearing`), since a snapshot cannot
+   move a message a copy holds;
 4. re-open what is still streaming: its start event and its content so far.
 
 An item still streaming whose message is gone (a producer's ``MESSAGES_SNAPSHOT`` left it out:
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .messages import ACTIVITY_HISTORY_METADATA
 from .streaming import CHUNK_OF, STREAMING, Event, Streaming
 from .thread import Thread
 
@@ -41,6 +45,7 @@ CAUSES = (
     "epoch_changed",
     "broker_reconnect",
     "conflict",
+    "resume",  # a subtree's consumer resuming: its subtree as of now (never a replay)
 )
 
 
@@ -112,8 +117,12 @@ class ConsumerView(Streaming[None]):
         self.follow(event)
 
 
-def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:
+def sync_frames(thread: Thread, view: ConsumerView, holding: bool = False) -> list[Event]:
     """Frames that bring a consumer holding ``view`` to the thread's current state.
+
+    ``holding``: the consumer may hold messages already (any repair, a resume; not a fresh
+    join), so its copy is cleared ahead of the thread's ``MESSAGES_SNAPSHOT`` (see
+    :func:`_clearing`).
 
     The frames reference the thread's live state: encode them before the thread changes.
     """
@@ -137,7 +146,10 @@ def sync_frames(thread: Thread, view: ConsumerView) -> list[Event]:
     gone = [k for k in reopen if k != thread.chunked and not _holds(thread, k)]
     frames.extend(_ghost(thread, key) for key in gone)
     frames.append({"type": "STATE_SNAPSHOT", "snapshot": thread.state})
-    frames.append({"type": "MESSAGES_SNAPSHOT", "messages": _messages_without(thread, reopen)})
+    messages = _messages_without(thread, reopen)
+    if holding and messages:
+        frames.append(_clearing(messages[0]))
+    frames.append({"type": "MESSAGES_SNAPSHOT", "messages": messages})
     for key in reopen:
         if key in gone:
             continue
@@ -163,6 +175,25 @@ def _at(event: Event, position: dict[str, Any]) -> Event:
     metadata = dict(event.get("metadata") or {})
     metadata["hub"] = position
     return {**event, "metadata": metadata}
+
+
+def _clearing(first: dict[str, Any]) -> Event:
+    """A ``MESSAGES_SNAPSHOT`` that leaves a copy holding one empty message: the thread's
+    first, so the thread's snapshot that follows replaces it in place and appends the rest in
+    the thread's order.
+
+    AG-UI reconciles a ``MESSAGES_SNAPSHOT`` with what a client holds: a message it holds
+    keeps its place. A copy that missed events can hold the thread's messages in another
+    order (a tool result the thread spliced in after its call, a message the thread dropped
+    and re-created last), and no single snapshot moves them. Cleared first, it cannot: this
+    one carries a ``reasoning`` message (so the client keeps none of its own) and declares
+    itself complete for every activity type (so it keeps no activity message either).
+    """
+    return {
+        "type": "MESSAGES_SNAPSHOT",
+        "messages": [{"id": first["id"], "role": "reasoning", "content": ""}],
+        "metadata": {ACTIVITY_HISTORY_METADATA: {"authoritativeActivityTypes": None}},
+    }
 
 
 def _ghost(thread: Thread, key: str) -> Event:

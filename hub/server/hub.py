@@ -455,8 +455,12 @@ class Hub:
         live frames since are the whole state's)."""
         thread = loaded.thread
         view.before_repair(cause)
+        # A consumer repaired (not joining afresh) holds messages: they are cleared first.
+        holding = cause != "join"
         key: tuple[Any, Encoding] = (
-            (view.key(), encoding) if path is None else ((view.key(), path), encoding)
+            ((view.key(), holding), encoding)
+            if path is None
+            else ((view.key(), holding, path), encoding)
         )
         cached = loaded.sync_cache.get(key)
         frames = None
@@ -475,7 +479,7 @@ class Hub:
             elif cached[0] == thread.seq:
                 frames = cached[1]
         if frames is None:
-            events = sync_frames(thread, view)
+            events = sync_frames(thread, view, holding)
             if path is not None:
                 subtree = snapshot_of(thread.state, path)
                 events = [
@@ -532,7 +536,7 @@ class Hub:
             # A consumer of a subtree: the log holds the whole state's events, so a resume
             # is the subtree's snapshot (at the thread's position), never a replay.
             if since is not None:
-                cause = resume(loaded.thread, since, epoch)[1] or "join"
+                cause = resume(loaded.thread, since, epoch)[1] or "resume"
             subtrees = loaded.subtrees
             if subtrees is None:
                 subtrees = loaded.subtrees = Subtrees()

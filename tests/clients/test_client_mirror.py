@@ -268,7 +268,7 @@ class Link:
         self._repair()
 
     def _repair(self) -> None:
-        frames = sync_frames(self.thread, self.view)
+        frames = sync_frames(self.thread, self.view, holding=self.view.epoch is not None)
         self.view.catch_up(self.thread)
         for frame in frames:
             assert self.mirror.receive(frame).send == []

@@ -217,7 +217,7 @@ def scenario(seed: int, length: int = 60) -> dict[str, Any]:
             if holding is not None:
                 view.assume(holding["run"], tuple(holding["open"]))
             view.before_repair(command["reason"])
-            frames = sync_frames(thread, view)
+            frames = sync_frames(thread, view, holding=True)
             view.catch_up(thread)
             for repair in frames:
                 deliver(repair)

@@ -133,6 +133,49 @@ describe("RunFramer", () => {
     );
   });
 
+  test("a subagent open when the framer cuts a run is finished first; SUBAGENT_ERROR ends one", async () => {
+    const started = (id, parent) => ({
+      type: "SUBAGENT_STARTED",
+      subagentRunId: id,
+      name: "researcher",
+      ...(parent ? { parentSubagentRunId: parent } : {}),
+    });
+    const framer = new RunFramer({ threadId: "t", runId: "watch", until: "abort" });
+    const out = [
+      { type: "RUN_STARTED", threadId: "t", runId: "r1" },
+      started("sa1"),
+      started("sa2", "sa1"),
+      { type: "TEXT_MESSAGE_START", messageId: "m1", role: "assistant", subagentRunId: "sa2" },
+    ].flatMap((e) => framer.push(e));
+    // A reconnect the hub could not replay: the join that follows re-opens what is open.
+    out.push(...framer.interrupt());
+    out.push(
+      ...[
+        { type: "RUN_STARTED", threadId: "t", runId: "r1" },
+        started("sa1"),
+        { type: "SUBAGENT_ERROR", subagentRunId: "sa1", message: "boom" },
+        started("sa3"),
+        { type: "RUN_STARTED", threadId: "t", runId: "r2" }, // r1's end was lost: cut here
+        { type: "RUN_FINISHED", threadId: "t", runId: "r2" },
+      ].flatMap((e) => framer.push(e)),
+    );
+    assert.deepEqual(types(out).slice(4, 8), [
+      "TEXT_MESSAGE_END",
+      "SUBAGENT_FINISHED",
+      "SUBAGENT_FINISHED",
+      "RUN_FINISHED:r1",
+    ]);
+    assert.deepEqual(
+      out.filter((e) => e.type === "SUBAGENT_FINISHED").map((e) => e.subagentRunId),
+      ["sa2", "sa1", "sa3"],
+    );
+    const got = await official(out); // verifyEvents refuses a run that ends with a subagent open
+    assert.deepEqual(
+      got.warnings.filter((w) => /subagent/i.test(w)),
+      [],
+    );
+  });
+
   test("until run-end stops after the first real run ends; idle and abort leave that to the caller", () => {
     const events = [
       { type: "STATE_SNAPSHOT", snapshot: {} },

@@ -64,6 +64,7 @@ from hub.server.transport.presence import PresenceRoute
 from hub.server.transport.runs import HttpApi
 from hub.server.transport.threads import ThreadsApi
 from hub.server.upstream import Upstream
+from hub.server.wake import within
 from hub.store import masked_url, open_store
 from hub.store.base import outage_reason, transient
 from hub.wire.codec import JSON, MSGPACK, MSGPACK_SUBPROTOCOL, Encoding
@@ -227,7 +228,7 @@ class HubServer:
     async def _wait_closed(self, timeout: float) -> None:
         if self.server is not None:
             try:
-                await asyncio.wait_for(self.server.wait_closed(), timeout)
+                await within(self.server.wait_closed(), timeout)
             except TimeoutError:
                 log.warning("draining: connection handlers still busy after %.1f s", timeout)
 

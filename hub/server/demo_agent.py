@@ -47,6 +47,8 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
+from hub.server.wake import within
+
 SENTENCES = [
     "The hub keeps one authoritative state per thread.",
     "Every event gets the next seq, so every consumer sees one order.",
@@ -337,12 +339,12 @@ class AgentServer:
         if self.server is not None:
             self.server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 2)
+                await within(self.server.wait_closed(), 2)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=16_384)
         try:
-            request, body = await asyncio.wait_for(_read_request(conn, reader), READ_TIMEOUT)
+            request, body = await within(_read_request(conn, reader), READ_TIMEOUT)
             if request is None:
                 return
             if request.target.split(b"?")[0] != PATH.encode():
@@ -367,7 +369,7 @@ class AgentServer:
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
-                await asyncio.wait_for(writer.wait_closed(), 2)
+                await within(writer.wait_closed(), 2)
 
     async def _stream(
         self,

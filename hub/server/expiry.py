@@ -52,6 +52,7 @@ import time
 
 from hub.server.deletes import ThreadDeletes
 from hub.server.hub import Hub
+from hub.server.wake import woken
 
 log = logging.getLogger("agui_hub.expiry")
 
@@ -98,8 +99,7 @@ class ThreadExpiry:
         next_sweep = time.monotonic() + self.tick
         while True:
             timeout = max(0.0, next_sweep - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await woken(self._wake, timeout)
             if self._wake.is_set():  # a join: with the others of the next moment, in one mark
                 await asyncio.sleep(TICK_MIN)
             self._wake.clear()

@@ -33,6 +33,8 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
+from hub.server.wake import woken
+
 log = logging.getLogger("agui_hub.http")
 
 #: Bytes of request head a connection may send before it is answered 431.
@@ -232,8 +234,7 @@ class HttpConnection(asyncio.Protocol):
             self._readable.clear()
             if self.transport is not None:
                 self.transport.resume_reading()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._readable.wait(), left)
+            await woken(self._readable, left)
 
     def _head_deadline(self, idle_until: float) -> float:
         """Idle until ``idle_until``; once the head's first byte came, HEAD_TIMEOUT from it."""
@@ -288,8 +289,7 @@ class HttpConnection(asyncio.Protocol):
             if left <= 0:
                 return
             self._readable.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._readable.wait(), left)
+            await woken(self._readable, left)
 
     def _timed_out(self, message: str) -> None:
         """408 (the connection then closes), unless something was answered already."""

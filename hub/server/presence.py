@@ -54,6 +54,7 @@ from hub.errors import HubError, LimitExceeded
 from hub.limits import Limits
 from hub.server.hub import Hub
 from hub.server.outbox import Outbox
+from hub.server.wake import within, woken
 from hub.wire.codec import Frame, pack, unpack
 
 log = logging.getLogger("agui_hub.presence")
@@ -128,7 +129,7 @@ class Presence:
             for member in thread.roster.local():
                 self._pending[(key, member.id)] = None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._write(), 1.0)
+            await within(self._write(), 1.0)
 
     # -- seats ----------------------------------------------------------------------------------
 
@@ -258,8 +259,7 @@ class Presence:
         next_tick = time.monotonic() + self.tick
         while True:
             timeout = max(0.0, next_tick - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await woken(self._wake, timeout)
             self._wake.clear()
             try:
                 await self._write()

@@ -74,6 +74,7 @@ from hub.receipts.tail import open_tail
 from hub.server.guard import Guard
 from hub.server.hub import Hub
 from hub.server.transport.common import WebSocket, query_of, refuse
+from hub.server.wake import woken
 from hub.store.base import transient
 from hub.wire import control
 from hub.wire.codec import Encoding, decode, encode
@@ -360,8 +361,7 @@ class ReceiptsService:
             due = tenant.board.next_change()
             if due is not None:
                 delay = min(delay, max(0.0, (due - now).total_seconds()) + SLACK)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+        await woken(self._wake, delay)
         self._wake.clear()
 
     def _tenant(self, name: str) -> _Tenant:

@@ -27,6 +27,7 @@ from hub.server.guard import Admission, Guard
 from hub.server.http11 import HttpRequest, Stream
 from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
+from hub.server.wake import within
 from hub.wire import control
 from hub.wire.codec import Encoding, encode
 
@@ -234,7 +235,7 @@ async def client_reading(ws: WebSocket) -> None:
     read."""
     with contextlib.suppress(Exception):
         pong = await ws.ping()
-        await asyncio.wait_for(pong, FIRST_PONG_TIMEOUT)
+        await within(pong, FIRST_PONG_TIMEOUT)
 
 
 def done(outcome: Outcome) -> asyncio.Future[Outcome]:

@@ -139,6 +139,17 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.2f} ms"
 
 
+def _percentile(values: Sequence[float], q: float) -> float:
+    """The value at rank ``q`` (0..1) of ``values`` (nearest rank; 0 for none)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def _spread_ms(seconds: Sequence[float], high: float) -> str:
+    """Median and the ``high`` percentile, in ms: ``"12.3 / 45.6 ms"``."""
+    return f"{1000 * _percentile(seconds, 0.5):.1f} / {1000 * _percentile(seconds, high):.1f} ms"
+
+
 def figure_core(sizes: Sizes) -> None:
     (small, large), ratio = core.run(
         [("1 KB", sizes.small_state), (sizes.large_label, sizes.large_state)],

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hub.bench import _n
 from hub.bench.chaos_agent import LosslessAgent
 from hub.bench.chaos_fleet import FleetHandle, digest
 from hub.bench.chaosproc import AofRedis, NodeProcess
@@ -509,10 +510,6 @@ def _tail(node: NodeProcess) -> str:
     if node.hub is not None:
         return node.hub.stderr_tail(1500)
     return node.logs[-1][-1500:] if node.logs else ""
-
-
-def _n(value: float) -> str:
-    return f"{value:,.0f}"
 
 
 def report(result: Result) -> None:

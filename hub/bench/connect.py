@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import statistics
 import sys
 import time
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import httpx
 import websockets
 
+from hub.bench import _spread_ms
 from hub.bench.proc import HubProcess
 from hub.bench.redisproc import RedisProcess
 from hub.wire.sse import SSEParser
@@ -110,9 +110,7 @@ async def _drain(agent: websockets.ClientConnection) -> None:
 
 
 def _ms(values: list[float]) -> str:
-    ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return f"{1000 * statistics.median(ordered):.1f} / {1000 * p95:.1f} ms"
+    return _spread_ms(values, 0.95)
 
 
 async def _measure(a: HubProcess, b: HubProcess, runs: int, repeat: int, token_ms: float) -> None:

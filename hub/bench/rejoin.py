@@ -26,12 +26,12 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import websockets
 
+from hub.bench import _percentile, _spread_ms
 from hub.bench.proc import HubProcess
 from hub.bench.redisproc import RedisProcess
 
@@ -123,13 +123,8 @@ async def _reloader(url: str, figures: Figures, every: float, offset: float, unt
                     figures.rejoined.append(now - sent)
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
-
-
 def _ms(values: list[float]) -> str:
-    return f"{1000 * _pct(values, 0.5):.1f} / {1000 * _pct(values, 0.99):.1f} ms"
+    return _spread_ms(values, 0.99)
 
 
 async def _measure(a: HubProcess, b: HubProcess, args: argparse.Namespace) -> Figures:
@@ -174,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     frames = sorted(f.join_frames)
     print(
         f"| reloaded tabs: frames up to the first live delta | "
-        f"{_pct(frames, 0.5):g} / {_pct(frames, 0.99):g} |"
+        f"{_percentile(frames, 0.5):g} / {_percentile(frames, 0.99):g} |"
     )
     print(
         f"old deltas after a join (sent {OLD * 1000:g} ms before it was asked for): {f.old_deltas}"

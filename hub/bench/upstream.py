@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 from websockets.utils import apply_mask
 
+from hub.bench import _n
 from hub.bench.proc import HubProcess, cpu_seconds
 from hub.bench.redisproc import RedisProcess
 from hub.bench.wsclient import RawConsumer
@@ -372,10 +373,6 @@ class Options:
     store: str = "redis"
     rounds: int = 3
     timeout: float = 35.0
-
-
-def _n(value: float, digits: int = 0) -> str:
-    return f"{value:,.{digits}f}"
 
 
 def _line(tag: str, leg: Leg) -> str:

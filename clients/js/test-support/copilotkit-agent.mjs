@@ -39,38 +39,56 @@ export function script(input) {
   return events;
 }
 
+/**
+ * A run that plays `events` in order as an agent's Observable: `before(event, i)` is awaited
+ * ahead of each (a delay, a pause), `sent(event)` sees each one sent; `agent.abortRun()` (through
+ * `agent._abort`) ends it with an AbortError, as a real agent's aborted request does.
+ */
+export function played(agent, events, { before, sent = () => {}, teardown = () => {} }) {
+  return new Observable((subscriber) => {
+    let over = false;
+    agent._abort = () => {
+      if (over) return;
+      over = true;
+      const err = new Error("the run was aborted");
+      err.name = "AbortError";
+      subscriber.error(err);
+    };
+    (async () => {
+      for (const [i, event] of events.entries()) {
+        await before(event, i);
+        if (over) return;
+        sent(event);
+        subscriber.next(event);
+      }
+      over = true;
+      subscriber.complete();
+    })();
+    return () => {
+      over = true;
+      teardown();
+    };
+  });
+}
+
 export class StreamingAgent extends AbstractAgent {
   run(input) {
     const { step = 20, hangAfter = null } = input.forwardedProps ?? {};
-    return new Observable((subscriber) => {
-      let over = false;
-      const timers = new Set();
-      const wait = (ms) => new Promise((res) => timers.add(setTimeout(res, ms)));
-      this._abort = () => {
-        if (over) return;
-        over = true;
-        const err = new Error("the run was aborted");
-        err.name = "AbortError";
-        subscriber.error(err);
-      };
-      (async () => {
-        let words = 0;
-        for (const event of script(input)) {
-          if (event.type === "TEXT_MESSAGE_CONTENT" && hangAfter !== null && words === hangAfter) {
-            await new Promise(() => {}); // hangs until aborted (or the process dies)
-          }
-          await wait(step);
-          if (over) return;
-          if (event.type === "TEXT_MESSAGE_CONTENT") words++;
-          subscriber.next(event);
+    const timers = new Set();
+    let words = 0;
+    return played(this, script(input), {
+      before: async (event) => {
+        if (event.type === "TEXT_MESSAGE_CONTENT" && hangAfter !== null && words === hangAfter) {
+          await new Promise(() => {}); // hangs until aborted (or the process dies)
         }
-        over = true;
-        subscriber.complete();
-      })();
-      return () => {
-        over = true;
+        await new Promise((res) => timers.add(setTimeout(res, step)));
+      },
+      sent: (event) => {
+        if (event.type === "TEXT_MESSAGE_CONTENT") words++;
+      },
+      teardown: () => {
         for (const timer of timers) clearTimeout(timer);
-      };
+      },
     });
   }
 

@@ -13,9 +13,9 @@ import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 
 import { AbstractAgent } from "@ag-ui/client";
-import { Observable } from "rxjs";
 import WebSocket from "ws";
 
+import { played } from "../test-support/copilotkit-agent.mjs";
 import { HUB_BIN, hubMissing, sleep, startHub, threadId } from "../test-support/hub.mjs";
 
 // @copilotkit/runtime reports telemetry unless told not to, and reads that when it is loaded: the
@@ -61,29 +61,12 @@ class ScriptedAgent extends AbstractAgent {
   }
 
   run(input) {
-    return new Observable((subscriber) => {
-      let over = false;
-      this._abort = () => {
-        if (over) return;
-        over = true;
-        const err = new Error("the run was aborted");
-        err.name = "AbortError";
-        subscriber.error(err);
-      };
-      (async () => {
-        for (const [i, event] of ScriptedAgent.script(input).entries()) {
-          if (i === this.pauseAfter) await new Promise((res) => (this._resume = res));
-          await sleep(this.step);
-          if (over) return;
-          this.emitted.push(event);
-          subscriber.next(event);
-        }
-        over = true;
-        subscriber.complete();
-      })();
-      return () => {
-        over = true;
-      };
+    return played(this, ScriptedAgent.script(input), {
+      before: async (_event, i) => {
+        if (i === this.pauseAfter) await new Promise((res) => (this._resume = res));
+        await sleep(this.step);
+      },
+      sent: (event) => this.emitted.push(event),
     });
   }
 

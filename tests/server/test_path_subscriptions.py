@@ -249,6 +249,17 @@ async def test_a_resync_of_a_set_sends_the_projection(hub: HubProcess) -> None:
     assert fresh[-1]["type"] == "STATE_SNAPSHOT" and fresh[-1]["snapshot"] == {"missing": [3]}
 
 
+async def test_an_empty_path_in_a_set_is_the_whole_state(hub: HubProcess) -> None:
+    agent = await producer(hub, "t")
+    await agent.send({"type": "STATE_SNAPSHOT", "snapshot": {"p": 1, "r": 0}})
+    await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] == 1)
+    for q in ("?path=&path=/p", "?path=/p&path=", "?path="):
+        watcher = await consumer(hub, "t", q)
+        join = await watcher.recv_until(lambda e: e["type"] == "MESSAGES_SNAPSHOT")
+        assert join[0]["snapshot"] == {"p": 1, "r": 0}, q
+        await watcher.close()
+
+
 async def test_more_paths_than_the_limit_are_refused_with_too_many_paths(hub: HubProcess) -> None:
     await (
         await Client.open(

@@ -122,7 +122,7 @@ def match_route(path: str) -> Route | None:
             since = _int_param(query, "since")
             epoch = query.get("epoch", [None])[0]
             first = {name: values[0] for name, values in query.items()}
-            subtree = _path_param(query) if role == "consumer" else None
+            subtree = _path_param(parts.query) if role == "consumer" else None
             return Route(role, match.group(1), since, epoch, first, subtree)
     return None
 
@@ -139,14 +139,15 @@ def _int_param(query: dict[str, list[str]], name: str) -> int | None:
 def subtree_param(target: str) -> StatePath | None:
     """The ``?path=`` of a request target (any consumer's: WebSocket or SSE); see
     :func:`_path_param`."""
-    return _path_param(parse_qs(urlsplit(target).query))
+    return _path_param(urlsplit(target).query)
 
 
-def _path_param(query: dict[str, list[str]]) -> StatePath | None:
+def _path_param(query: str) -> StatePath | None:
     """The part of the state a consumer asks for (``?path=``, repeated for a few: their
     projection, hub.core.subtree); :class:`BadStatePath` for a bad one, ``too_many_paths``
     past the limit. ``""`` (or none) is the whole state."""
-    values = query.get("path")
+    # Blank values kept: ``?path=`` is ``""`` (the whole state), in a set as alone.
+    values = parse_qs(query, keep_blank_values=True).get("path")
     if not values:
         return None
     path = parse_paths(values)

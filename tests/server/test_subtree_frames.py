@@ -50,11 +50,16 @@ def test_prev_goes_into_the_bytes_and_the_live_state_changing_since_does_not(
         assert b"id: e1:9" in sse_form(mine)
 
 
-def test_a_frame_that_does_not_end_with_its_position_is_a_bug_not_a_wrong_frame() -> None:
-    frame = LiveFrame({"metadata": {"hub": {"seq": 1, "epoch": "e"}}, "type": "STATE_SNAPSHOT"})
+def test_a_frame_that_does_not_end_with_its_position_still_gets_prev_right() -> None:
+    event = {"metadata": {"hub": {"seq": 1, "epoch": "e"}}, "type": "STATE_SNAPSHOT", "snapshot": 1}
+    frame = LiveFrame(event)
     frame.freeze(JSON)
-    with pytest.raises(AssertionError):
-        with_prev(frame, 0)
+    mine = with_prev(frame, 0)
+    assert decode(mine.data(JSON).decode()) == {
+        "metadata": {"hub": {"seq": 1, "epoch": "e", "prev": 0}},
+        "type": "STATE_SNAPSHOT",
+        "snapshot": 1,
+    }
 
 
 class Box:

@@ -18,6 +18,7 @@ def test_the_rejoin_figures_come_from_a_real_run() -> None:
     for row in rows:
         p50, p99 = map(float, re.findall(r"([0-9.]+) / ([0-9.]+) ms", row)[0])
         assert 0 < p50 <= p99 < 5000, row
+    assert re.search(r"^joins with catch-up deltas: \d+ of \d+", out, re.M), out
     # A join is a snapshot as of now, never a stale one followed by the deltas since.
     assert re.search(
         r"old deltas after a join \(sent \d+ ms before it was asked for\): 0$", out, re.M

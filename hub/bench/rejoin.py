@@ -11,8 +11,15 @@ steady ones:
 - old deltas: deltas a reloaded tab received after its join that were sent well before the
   join was asked for (:data:`OLD`: a stale join followed by a burst of the past), and frames
   up to the first live delta;
-- the first live delta after each join, and every later one: delivery latency (send to
-  receipt), p50 / p99, beside the steady tabs' over the same seconds.
+- live deltas (sent once the join was asked for): the first after each join, and every one,
+  delivery latency (send to receipt), p50 / p99, beside the steady tabs' over the same seconds;
+- catch-up deltas: sent before the join was asked for and received after its snapshot (a join
+  built moments before and reused, followed by the events since: see
+  ``hub.server.hub.SYNC_REUSE_SECONDS``), per join, and how old the oldest was when asked.
+
+A delta sent before the tab asked to join is history, not live: the join's snapshot (or
+snapshot plus the deltas since) carries it; counting it as the tab's first live delta would
+charge the time before the tab existed to its delivery.
 
 All traffic is on 127.0.0.1; every process is started here and stopped by its PID; the run
 is bounded by ``--seconds``.
@@ -47,6 +54,8 @@ class Figures:
     steady: list[float] = field(default_factory=list)  # every delivery to steady tabs (s)
     first: list[float] = field(default_factory=list)  # the first live delta after each join
     rejoined: list[float] = field(default_factory=list)  # every live delta to reloaded tabs
+    caught_up: list[int] = field(default_factory=list)  # catch-up deltas, per join
+    caught_up_age: list[float] = field(default_factory=list)  # the oldest's age when asked
     snapshot_age: list[float] = field(default_factory=list)  # the join snapshot's age
     join_frames: list[int] = field(default_factory=list)  # frames up to the first live delta
     old_deltas: int = 0  # deltas sent OLD before their join was asked for, received after it
@@ -101,6 +110,8 @@ async def _reloader(url: str, figures: Figures, every: float, offset: float, unt
         figures.joins += 1
         frames = 0
         live = False
+        caught_up = 0
+        oldest = 0.0
         async with websockets.connect(f"{url}/v1/threads/{THREAD}", compression=None) as tab:
             while (left := reload_at - time.monotonic()) > 0:
                 try:
@@ -116,11 +127,18 @@ async def _reloader(url: str, figures: Figures, every: float, offset: float, unt
                     sent = event["delta"][0]["value"]
                     if sent < asked - OLD:
                         figures.old_deltas += 1
+                    if sent < asked:  # history the join brings, not a live delta
+                        caught_up += 1
+                        oldest = max(oldest, asked - sent)
+                        continue
                     if not live:
                         live = True
                         figures.first.append(now - sent)
                         figures.join_frames.append(frames)
                     figures.rejoined.append(now - sent)
+        figures.caught_up.append(caught_up)
+        if caught_up:
+            figures.caught_up_age.append(oldest)
 
 
 def _ms(values: list[float]) -> str:
@@ -170,6 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| reloaded tabs: frames up to the first live delta | "
         f"{_percentile(frames, 0.5):g} / {_percentile(frames, 0.99):g} |"
+    )
+    print(
+        f"| reloaded tabs: catch-up deltas per join | "
+        f"{_percentile(f.caught_up, 0.5):g} / {_percentile(f.caught_up, 0.99):g} |"
+    )
+    print(
+        f"joins with catch-up deltas: {len(f.caught_up_age)} of {f.joins}; the oldest of them "
+        f"sent {_ms(f.caught_up_age)} before its join was asked for"
     )
     print(
         f"old deltas after a join (sent {OLD * 1000:g} ms before it was asked for): {f.old_deltas}"

@@ -149,11 +149,10 @@ class RunQueue:
     async def cancel(self, loaded: LoadedThread, run_id: str) -> bool | None:
         """Take the queued run ``run_id`` out of the queue: True if it was taken out, None if
         it is queued but being opened (cancel it once open), False if it is not queued."""
-        store = self.hub.store
-        if await store.cancel_queued_run(loaded.key, run_id):
+        taken = await self.hub.store.cancel_queued_run(loaded.key, run_id)
+        if taken:
             self._untrack(loaded.key, {run_id})
-            return True
-        return None if run_id in await store.queued_runs(loaded.key) else False
+        return taken
 
     def kick(self, loaded: LoadedThread) -> None:
         """Open the thread's next queued run if it has none open (in a task: the caller does
@@ -210,10 +209,12 @@ class RunQueue:
                 del self._kicks[key]
 
     async def _next(self, key: str) -> None:
-        """Open the next queued run, if the thread has none open."""
+        """Open the next queued run, if the thread has none open. The copy is not refreshed
+        first (a round trip at every run's end): a run opened elsewhere refuses the open, on
+        the store's copy, and the queued run stays next; a copy that is behind and still
+        shows a run open is looked at again by the tick."""
         hub, store = self.hub, self.hub.store
         loaded = await hub.load(key)
-        await hub.refresh(loaded)
         while loaded.thread.run is None and not loaded.deleted:
             taken = await store.take_next_run(key, HOLD_TTL)
             if taken is None:

@@ -393,9 +393,10 @@ class Store(ABC):
         """Take ``run_id`` out of the queue (it opened, or never can) and free its hold."""
         self._queue_table().remove(thread_id, run_id)
 
-    async def cancel_queued_run(self, thread_id: str, run_id: str) -> bool:
-        """Take ``run_id`` out of the queue unless a node holds it (it is being opened):
-        True if it was queued and is out now."""
+    async def cancel_queued_run(self, thread_id: str, run_id: str) -> bool | None:
+        """Take ``run_id`` out of the queue unless a node holds it, atomically: True if it was
+        queued and is out now, None if a node holds it (it is being opened), False if it is
+        not queued."""
         return self._queue_table().cancel(thread_id, run_id, time.monotonic())
 
     def _queue_table(self) -> RunQueues:

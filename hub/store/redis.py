@@ -696,7 +696,7 @@ class RedisStore(Store):
         _tag(thread_id)
         await redis_queue.release(self, thread_id, run_id, remove=True)
 
-    async def cancel_queued_run(self, thread_id: str, run_id: str) -> bool:
+    async def cancel_queued_run(self, thread_id: str, run_id: str) -> bool | None:
         _tag(thread_id)
         return await redis_queue.cancel(self, thread_id, run_id)
 

@@ -65,10 +65,11 @@ end
 return 0
 """
 
-# KEYS: queue, queued, hold. ARGV: run id. 1 when it was queued, not held, and is out now.
+# KEYS: queue, queued, hold. ARGV: run id. 1 when it was queued and is out now, -1 when a node
+# holds it (it is opening it), 0 when it is not queued.
 CANCEL = """
 if redis.call('GET', KEYS[3]) == ARGV[1] then
-  return 0
+  return -1
 end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
   return 0
@@ -108,5 +109,6 @@ async def release(store: RedisStore, thread_id: str, run_id: str, *, remove: boo
     await store._release_queued(keys=queue_keys(thread_id), args=[run_id, "1" if remove else "0"])
 
 
-async def cancel(store: RedisStore, thread_id: str, run_id: str) -> bool:
-    return bool(await store._cancel_queued(keys=queue_keys(thread_id), args=[run_id]))
+async def cancel(store: RedisStore, thread_id: str, run_id: str) -> bool | None:
+    answer = int(await store._cancel_queued(keys=queue_keys(thread_id), args=[run_id]))
+    return None if answer < 0 else answer == 1

@@ -64,12 +64,13 @@ class RunQueues:
         if not queue:
             self._queues.pop(thread_id, None)
 
-    def cancel(self, thread_id: str, run_id: str, now: float) -> bool:
-        """Take ``run_id`` out of the queue unless a node holds it (it is opening: cancel the
-        run once open): True if it was queued and is out."""
+    def cancel(self, thread_id: str, run_id: str, now: float) -> bool | None:
+        """Take ``run_id`` out of the queue unless a node holds it: True if it was queued and
+        is out, None if a node holds it (it is opening it: cancel the run once open), False if
+        it is not queued."""
         held = self._holds.get(thread_id)
         if held is not None and held[0] == run_id and held[1] > now:
-            return False
+            return None
         if run_id not in self._queues.get(thread_id, {}):
             return False
         self.remove(thread_id, run_id)

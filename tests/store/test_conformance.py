@@ -679,14 +679,14 @@ async def test_queued_runs_are_bounded_ordered_and_opened_one_at_a_time(opener: 
     assert await store.queued_runs("u") == []  # per thread
     assert await store.enqueue_run("u", "r1", b"u1", 1) == 1
 
-    assert await other.cancel_queued_run("t", "r2")  # out of the middle
-    assert not await store.cancel_queued_run("t", "r2")  # once
-    assert not await store.cancel_queued_run("t", "nope")
+    assert await other.cancel_queued_run("t", "r2") is True  # out of the middle
+    assert await store.cancel_queued_run("t", "r2") is False  # once
+    assert await store.cancel_queued_run("t", "nope") is False
     assert await store.queued_runs("t") == ["r1", "r3"]
     # Three nodes take the next at once: one holds it, the others get nothing.
     taken = await asyncio.gather(*(s.take_next_run("t", 5) for s in (store, other, store)))
     assert [t for t in taken if t is not None] == [("r1", b"e1")]
-    assert not await other.cancel_queued_run("t", "r1")  # being opened: not cancelled here
+    assert await other.cancel_queued_run("t", "r1") is None  # being opened: not cancelled here
     assert await store.queued_runs("t") == ["r1", "r3"]  # queued until it opened
     # It could not open (another run opened first): released, it is next again.
     await other.release_next_run("t", "r1")

@@ -19,7 +19,7 @@ def test_the_next_run_is_held_by_one_taker_until_it_opens_or_the_hold_lapses() -
     queues.add("t", "b", b"B", 4)
     assert queues.take("t", ttl=5, now=0) == ("a", b"A")
     assert queues.take("t", ttl=5, now=4.9) is None  # held: another node is opening it
-    assert not queues.cancel("t", "a", now=1)  # being opened: cancelled once open instead
+    assert queues.cancel("t", "a", now=1) is None  # being opened: cancelled once open instead
     assert queues.take("t", ttl=5, now=5.0) == ("a", b"A")  # the hold lapsed: same run
     queues.release("t", "zzz")  # another run's release frees nothing
     assert queues.take("t", ttl=5, now=6) is None
@@ -27,7 +27,8 @@ def test_the_next_run_is_held_by_one_taker_until_it_opens_or_the_hold_lapses() -
     assert queues.ids("t") == ["b"]
     assert queues.take("t", ttl=5, now=6) == ("b", b"B")
     queues.release("t", "b")  # it could not open: next again, free
-    assert queues.cancel("t", "b", now=6)
+    assert queues.cancel("t", "b", now=6) is True
+    assert queues.cancel("t", "b", now=6) is False
     assert queues.ids("t") == [] and queues.threads() == []
     assert queues.take("t", ttl=5, now=7) is None
 

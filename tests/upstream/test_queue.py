@@ -221,3 +221,40 @@ async def test_three_callers_at_once_on_two_nodes_run_one_after_another_in_order
         assert view["run"] is None
     await asyncio.sleep(0.5)  # a run started twice would have reached the agent by now
     assert len([i for i in agent.inputs if i["threadId"] == "q-nodes"]) == 4
+
+
+async def test_a_run_queued_behind_an_agent_connection_s_run_starts_when_that_one_ends(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> None:
+    """No node calls an agent for an agent connection's run, so no node ends it: the node
+    that queued the run sees the thread free (its check each second) and opens it."""
+    args = agent_args(agent, tmp_path)
+    n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
+    tab = await consumer(n1, "q-agent")
+    producer = await Client.open(f"{n0.ws}/v1/threads/q-agent/agent")
+    await producer.recv_until(lambda e: is_custom(e, "hub.welcome"))
+    await producer.send({"type": "RUN_STARTED", "threadId": "q-agent", "runId": "own"})
+    await producer.send({"type": "STATE_SNAPSHOT", "snapshot": {"runs": 5, "log": ["mine"]}})
+    await producer.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] >= 2)
+    await wait_for(lambda: n1.thread("q-agent")["run"] is not None)
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        body = {"agent": "counter", "policy": "enqueue", "messages": [user("u1", "next")]}
+        queued = await http.post(f"{n1.http}/v1/threads/q-agent/runs", json=body)
+    assert queued.status_code == 202 and queued.json()["position"] == 1, queued.text
+    run_id = queued.json()["runId"]
+    await asyncio.sleep(1.5)
+    assert not [i for i in agent.inputs if i["threadId"] == "q-agent"]  # still waiting
+    await producer.send({"type": "RUN_FINISHED", "threadId": "q-agent", "runId": "own"})
+    assert await end_of(tab, run_id) == "RUN_FINISHED"
+    assert run_bounds(tab)[-4:] == [
+        ("RUN_STARTED", "own"),
+        ("RUN_FINISHED", "own"),
+        ("RUN_STARTED", run_id),
+        ("RUN_FINISHED", run_id),
+    ]
+    given = inputs_of(agent, run_id)
+    assert given["state"] == {"runs": 5, "log": ["mine"]} and given["parentRunId"] == "own"
+    assert n0.thread("q-agent")["state"] == {"runs": 6, "log": ["mine", "run 6"]}

@@ -55,6 +55,11 @@ COUNTERS = {
         "held it), peer (another node's delete dropped this node's copy), store (a write "
         "found the thread gone from the store and dropped the copy)."
     ),
+    "agui_hub_queued_runs_total": (
+        "Runs of policy enqueue, by outcome on this node: queued (put in the thread's queue "
+        "for a caller), started (a queued run this node opened), cancelled (taken out of the "
+        "queue by a cancel this node served), dropped (it could not open when its turn came)."
+    ),
     "agui_hub_bus_reader_restarts_total": (
         "Restarts of the node's bus reader after it failed (each followed by a catch-up)."
     ),

@@ -141,6 +141,7 @@ class RunQueue:
             raise LimitExceeded(
                 RUN_QUEUE_FULL, f"the thread has {limit} runs queued already", limit=limit
             )
+        self.hub.metrics.inc("agui_hub_queued_runs_total", outcome="queued")
         self._track(loaded, run_id)
         self.kick(loaded)  # the open run may have ended while this one queued
         thread_id = loaded.thread.thread_id
@@ -151,6 +152,7 @@ class RunQueue:
         it is queued but being opened (cancel it once open), False if it is not queued."""
         taken = await self.hub.store.cancel_queued_run(loaded.key, run_id)
         if taken:
+            self.hub.metrics.inc("agui_hub_queued_runs_total", outcome="cancelled")
             self._untrack(loaded.key, {run_id})
         return taken
 
@@ -234,12 +236,14 @@ class RunQueue:
                     extra=about(key, run=run_id, code=exc.code),
                 )
                 await store.dequeue_run(key, run_id)
+                hub.metrics.inc("agui_hub_queued_runs_total", outcome="dropped")
                 self._untrack(key, {run_id})
                 continue
             except BaseException:  # the store is away, or the node stops: it stays next
                 await asyncio.shield(store.release_next_run(key, run_id))
                 raise
             await store.dequeue_run(key, run_id)
+            hub.metrics.inc("agui_hub_queued_runs_total", outcome="started")
             self._untrack(key, {run_id})
             return
 

@@ -147,6 +147,11 @@ async def test_queued_runs_wait_their_turn_and_start_in_order_from_the_state_lef
         ids = [m["id"] for m in after["messages"]]
         assert ids == [*[m["id"] for m in before["messages"]], f"m-{second['runId']}", "u3"]
         assert hub.thread("q-one")["state"] == {"runs": 2, "log": ["run 1", "run 2"]}
+        counted = {
+            outcome: hub.metric("agui_hub_queued_runs_total", outcome=outcome)
+            for outcome in ("queued", "started", "cancelled", "dropped")
+        }
+        assert counted == {"queued": 3, "started": 2, "cancelled": 1, "dropped": 0}, counted
 
         # On a free thread with an empty queue, an enqueue run starts at once.
         now = await http.post(runs, json={"agent": "queued"})
@@ -219,6 +224,11 @@ async def test_three_callers_at_once_on_two_nodes_run_one_after_another_in_order
         view = node.thread("q-nodes")
         assert view["state"] == {"runs": 3, "log": ["run 1", "run 2", "run 3"]}
         assert view["run"] is None
+    counted = {
+        outcome: sum(n.metric("agui_hub_queued_runs_total", outcome=outcome) for n in (n0, n1))
+        for outcome in ("queued", "started", "cancelled")
+    }
+    assert counted == {"queued": 4, "started": 3, "cancelled": 1}, counted
     await asyncio.sleep(0.5)  # a run started twice would have reached the agent by now
     assert len([i for i in agent.inputs if i["threadId"] == "q-nodes"]) == 4
 

@@ -268,3 +268,40 @@ async def test_a_run_queued_behind_an_agent_connection_s_run_starts_when_that_on
     given = inputs_of(agent, run_id)
     assert given["state"] == {"runs": 5, "log": ["mine"]} and given["parentRunId"] == "own"
     assert n0.thread("q-agent")["state"] == {"runs": 6, "log": ["mine", "run 6"]}
+
+
+async def test_a_queued_run_the_thread_refuses_at_its_turn_is_dropped_and_the_next_one_runs(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    """Its input messages are checked when it opens, against the thread as it is then: past
+    the thread's message limit it cannot open, is dropped (counted, logged), and the run
+    queued behind it starts."""
+    hub = start_hub(*agent_args(agent, tmp_path), "--limit", "max_messages_per_thread=3")
+    tab = await consumer(hub, "q-drop")
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        runs = "/v1/threads/q-drop/runs"
+        held = (await http.post(runs, json={"agent": "hold"})).json()["runId"]
+        queue = [
+            {"agent": "counter", "policy": "enqueue", "messages": [user("u1", "one")]},
+            {
+                "agent": "counter",
+                "policy": "enqueue",
+                "messages": [user("u2", "a"), user("u3", "b")],
+            },
+            {"agent": "hold", "policy": "enqueue"},
+        ]
+        ids = []
+        for n, body in enumerate(queue, start=1):
+            answer = await http.post(runs, json=body)
+            assert answer.status_code == 202 and answer.json()["position"] == n, answer.text
+            ids.append(answer.json()["runId"])
+        assert (await http.delete(f"{runs}/{held}")).status_code == 200
+        # The first leaves two messages (u1 and its reply); the second would make four.
+        assert await end_of(tab, ids[0]) == "RUN_FINISHED"
+        while ids[2] not in started_runs(tab):
+            await tab.recv(10)
+        assert started_runs(tab) == [held, ids[0], ids[2]]  # the refused one never opened
+        assert ids[1] not in {i["runId"] for i in agent.inputs}
+        assert hub.metric("agui_hub_queued_runs_total", outcome="dropped") == 1
+        assert (await http.delete(f"{runs}/{ids[2]}")).status_code == 200
+    assert [m["id"] for m in hub.thread("q-drop")["messages"]] == ["u1", f"m-{ids[0]}"]

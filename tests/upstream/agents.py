@@ -84,6 +84,20 @@ async def counter(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Bod
     return 200, "text/event-stream", _chunks(*(data[i : i + 7] for i in range(0, len(data), 7)))
 
 
+async def slow_counter(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Body]:
+    """The counter, taking its time (0.3 s) before the end of its run: runs asked for while
+    it works find it open."""
+    status, kind, chunks = await counter(run, agent)
+    parts = [part async for part in chunks]
+
+    async def body() -> Body:
+        yield b"".join(parts[:-10])
+        await asyncio.sleep(0.3)
+        yield b"".join(parts[-10:])
+
+    return status, kind, body()
+
+
 async def hold(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Body]:
     """Starts the run, then sends comments now and then, until the hub closes the request."""
 
@@ -170,6 +184,7 @@ async def ask(run: RunAgentInput, agent: AgentServer) -> tuple[int, str, Body]:
 SCRIPTS: dict[str, Script] = {
     "ask": ask,
     "counter": counter,
+    "slow_counter": slow_counter,
     "hold": hold,
     "silent": silent,
     "error500": error500,

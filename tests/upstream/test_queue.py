@@ -305,3 +305,42 @@ async def test_a_queued_run_the_thread_refuses_at_its_turn_is_dropped_and_the_ne
         assert hub.metric("agui_hub_queued_runs_total", outcome="dropped") == 1
         assert (await http.delete(f"{runs}/{ids[2]}")).status_code == 200
     assert [m["id"] for m in hub.thread("q-drop")["messages"]] == ["u1", f"m-{ids[0]}"]
+
+
+async def test_three_callers_at_once_on_a_free_thread_on_two_nodes_run_one_after_another(
+    redis_server: RedisServer,
+    start_hub: Callable[..., HubProcess],
+    agent: AgentServer,
+    tmp_path: Path,
+) -> None:
+    """No run open as they ask: whichever opens first runs, the others queue behind it (the
+    open that lost the race queues instead of failing), and all three run one after another,
+    each from the state the one before left."""
+    args = [*agent_args(agent, tmp_path), "--agent", f"slow={agent.url('slow_counter')}"]
+    n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
+    tab = await consumer(n1, "q-free")
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+
+        def ask(node: HubProcess, n: int) -> Any:
+            body = {"agent": "slow", "policy": "enqueue", "messages": [user(f"u{n}", str(n))]}
+            return http.post(f"{node.http}/v1/threads/q-free/runs", json=body)
+
+        answers = await asyncio.gather(ask(n0, 1), ask(n1, 2), ask(n0, 3))
+    assert [a.status_code for a in answers] == [202] * 3, [a.text for a in answers]
+    now = [a.json()["runId"] for a in answers if "queued" not in a.json()]
+    queued = sorted(
+        (a.json()["position"], a.json()["runId"]) for a in answers if "queued" in a.json()
+    )
+    assert len(now) >= 1, [a.json() for a in answers]
+    for run_id in [a.json()["runId"] for a in answers]:
+        assert await end_of(tab, run_id) == "RUN_FINISHED"
+    order = started_runs(tab)
+    assert sorted(order) == sorted(a.json()["runId"] for a in answers)  # each once, none lost
+    # The queued ones in the order of their places, after every run that opened at once.
+    assert order[len(now) :] == [run_id for _, run_id in queued], (order, now, queued)
+    bounds = run_bounds(tab)
+    assert bounds == [(kind, r) for r in order for kind in ("RUN_STARTED", "RUN_FINISHED")]
+    for n, run_id in enumerate(order):
+        given = inputs_of(agent, run_id)["state"]
+        assert given.get("runs", 0) == n, (run_id, given)
+    assert n0.thread("q-free")["state"]["runs"] == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import time
@@ -46,6 +47,13 @@ SYNC_REUSE = 200
 SYNC_REUSE_SECONDS = 0.1
 #: ...and while those events weigh at most this many bytes (or what the repair itself weighs).
 SYNC_REUSE_BYTES = 64 * 1024
+#: Live frames a thread's log keeps encoded, the newest: older ones let their bytes go
+#: (:meth:`~hub.wire.codec.Frame.retire`) and are encoded again if a replay sends them. A
+#: thread's log holds up to ``--retention`` events, and their bytes (JSON, the WebSocket
+#: frame, the SSE message) weigh more than the events: at 1,000 threads a node held about
+#: 900 bytes per event it would likely never send again. Above the events a join reuses
+#: within SYNC_REUSE_SECONDS at up to 640 events/s per thread.
+ENCODED_RECENT = 64
 #: Repairs (view keys and encodings) kept per thread, at most; the oldest go first.
 SYNC_CACHE_KEYS = 64
 #: Bytes of repair frames kept per thread, at most (the newest repair is kept whatever it
@@ -264,10 +272,11 @@ class Hub:
         consumer, only the queueing of bytes built once."""
         tracker = loaded.tracker
         frames = []
+        kept = loaded.frames
         for event in events:
             tracker.observe(event)
             frame = LiveFrame(event, tracker.snapshot())
-            loaded.frames.append(frame)
+            kept.append(frame)
             frames.append(frame)
         if not frames:
             return
@@ -290,6 +299,10 @@ class Hub:
             else:
                 for frame in frames:
                     outbox.push(frame)
+        # The frames this batch pushed past the recent ones (after it is sent: a big batch's
+        # first frames may be among them).
+        for old in itertools.islice(reversed(kept), ENCODED_RECENT, ENCODED_RECENT + len(frames)):
+            old.retire()
         if written:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if paths_written:

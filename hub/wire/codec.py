@@ -167,25 +167,42 @@ class Frame:
         self.event = event
         self._json: bytes | None = None
         self._msgpack: bytes | None = None
-        #: Whole frames by encoding (see :meth:`wire`), and other forms by name (:meth:`form`).
-        self._wire: dict[str, bytes] = {}
+        #: Whole frames by encoding (see :meth:`wire`), and other forms by name (:meth:`form`);
+        #: None until the first is built.
+        self._wire: dict[str, bytes] | None = None
 
     def wire(self, encoding: Encoding) -> bytes:
         """The whole WebSocket frame a server sends (header and payload; server frames are
         not masked), built once with the websockets library's own serializer."""
-        frame = self._wire.get(encoding)
-        if frame is None:
-            opcode = Opcode.BINARY if encoding == MSGPACK else Opcode.TEXT
-            frame = WsFrame(opcode, self.data(encoding)).serialize(mask=False, extensions=[])
-            self._wire[encoding] = frame
+        built = self._wire
+        if built is None:
+            built = self._wire = {}
+        else:
+            frame = built.get(encoding)
+            if frame is not None:
+                return frame
+        opcode = Opcode.BINARY if encoding == MSGPACK else Opcode.TEXT
+        frame = built[encoding] = WsFrame(opcode, self.data(encoding)).serialize(
+            mask=False, extensions=[]
+        )
         return frame
 
     def form(self, name: str, build: Callable[[Frame], bytes]) -> bytes:
         """Another form of the frame (an SSE message, say), built once by ``build``."""
-        data = self._wire.get(name)
+        built = self._wire
+        if built is None:
+            built = self._wire = {}
+        data = built.get(name)
         if data is None:
-            data = self._wire[name] = build(self)
+            data = built[name] = build(self)
         return data
+
+    def retire(self) -> None:
+        """Let go of every encoding built so far: the frame is kept (a thread's recent log) but
+        not expected to be sent again soon. Built again, from ``event``, if it is; ``event``
+        must not have changed since (the thread's log events never do)."""
+        self._json = self._msgpack = None
+        self._wire = None
 
     def data(self, encoding: Encoding) -> bytes:
         if encoding == MSGPACK:

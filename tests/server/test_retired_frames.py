@@ -1,0 +1,84 @@
+"""A thread's log keeps only its newest frames encoded (hub.server.hub.ENCODED_RECENT): older
+ones let their bytes go and, when a replay sends them again, are encoded again to exactly the
+bytes their consumers were sent. That holds only if nothing changes a logged event after it
+was sent: a snapshot's state or messages that the thread went on to change, say."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hub.server.config import Config
+from hub.server.hub import ENCODED_RECENT, Hub
+from hub.store.memory import MemoryStore
+from hub.wire.codec import JSON, MSGPACK, Frame
+from hub.wire.sse import message
+
+
+def _stream(rng: random.Random, count: int) -> list[dict[str, Any]]:
+    """Events that build on what the ones before them logged: a state snapshot then deltas
+    into it, a messages snapshot then text streamed into its message and tool calls on it."""
+    events: list[dict[str, Any]] = [
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r1"},
+        {"type": "STATE_SNAPSHOT", "snapshot": {"doc": {"items": [], "title": "a"}}},
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [{"id": "m1", "role": "assistant", "content": "hi"}],
+        },
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"},
+    ]
+    for i in range(count):
+        roll = rng.random()
+        if roll < 0.4:
+            events.append({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": f" w{i}"})
+        elif roll < 0.8:
+            op = {"op": "add", "path": "/doc/items/-", "value": {"n": i, "tags": [i]}}
+            events.append({"type": "STATE_DELTA", "delta": [op]})
+        else:
+            events.append(
+                {
+                    "type": "STATE_DELTA",
+                    "delta": [{"op": "replace", "path": "/doc/title", "value": str(i)}],
+                }
+            )
+    events.append({"type": "TEXT_MESSAGE_END", "messageId": "m1"})
+    events.append({"type": "STATE_SNAPSHOT", "snapshot": {"doc": {"items": [1], "title": "b"}}})
+    events.append({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"})
+    return events
+
+
+def _forms(frame: Frame) -> tuple[bytes, ...]:
+    return (
+        frame.data(JSON),
+        frame.data(MSGPACK),
+        frame.wire(JSON),
+        frame.wire(MSGPACK),
+        frame.form("sse", lambda f: message(f.data(JSON))),
+    )
+
+
+async def test_old_frames_let_their_bytes_go_and_are_built_again_to_the_same_bytes() -> None:
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    await hub.start()
+    loaded = await hub.load("t")
+    sent: list[tuple[bytes, ...]] = []
+    for event in _stream(random.Random(7), 3 * ENCODED_RECENT):
+        assert (await hub.publish(loaded, event)).error is None
+        sent.append(_forms(loaded.frames[-1]))  # as a fan-out encodes it, at once
+    frames = list(loaded.frames)
+    assert len(frames) == len(sent)
+    old, recent = frames[:-ENCODED_RECENT], frames[-ENCODED_RECENT:]
+    assert all(f.encoded() == [] for f in old)  # nothing kept of the old ones' bytes
+    assert all(len(f.encoded()) == 2 for f in recent)  # the recent ones keep theirs
+    # A replay from the start: every frame, encoded again where it had to be, is exactly
+    # what was sent when it was live.
+    assert [_forms(f) for f in frames] == sent
+    await hub.close()
+
+
+def test_a_retired_frame_is_encoded_again_to_the_same_bytes() -> None:
+    frame = Frame({"type": "CUSTOM", "name": "x", "value": {"a": [1, 2.5, "é"]}})
+    before = _forms(frame)
+    frame.retire()
+    assert frame.encoded() == []
+    assert _forms(frame) == before

@@ -219,8 +219,14 @@ class Limits:
                 limit=self.max_frame_bytes,
             )
 
-    def check_value(self, value: object) -> None:
-        """Depth of any decoded value (an event, a patch value)."""
+    def check_value(self, value: object, text: str | None = None) -> None:
+        """Depth of any decoded value (an event, a patch value). ``text``: the JSON it was
+        decoded from, if it was: every level of nesting opens with a bracket, so a text with
+        at most ``max_depth`` of them cannot nest deeper, and two scans of it in C spare the
+        walk of the value (which an agent's every event paid: 2.7 % of a node's CPU at 1,000
+        rooms)."""
+        if text is not None and text.count("{") + text.count("[") <= self.max_depth:
+            return
         check_depth(value, self.max_depth)
 
     def check_state(self, state: object) -> None:

@@ -201,10 +201,11 @@ class Guard:
             self.refused(exc.code)
             raise
 
-    def check_frame(self, frame: dict[str, Any]) -> None:
-        """Before anything walks a decoded frame recursively: its nesting depth."""
+    def check_frame(self, frame: dict[str, Any], raw: str | bytes | None = None) -> None:
+        """Before anything walks a decoded frame recursively: its nesting depth (``raw``: the
+        text or bytes it was decoded from; JSON text is checked faster)."""
         try:
-            self.limits.check_value(frame)
+            self.limits.check_value(frame, raw if isinstance(raw, str) else None)
         except PeerError as exc:
             self.refused(exc.code)
             raise

@@ -189,6 +189,35 @@ def compact(value: object) -> int:
     return len(encoded.encode())
 
 
+@given(json_values, st.integers(1, 6), st.booleans())
+def test_a_value_is_refused_for_depth_with_or_without_its_json_text(
+    value: object, max_depth: int, pretty: bool
+) -> None:
+    """The bracket count of the text it came from only ever spares the walk, never changes
+    the answer (strings holding brackets included)."""
+    limits = Limits(max_depth=max_depth)
+    text = json.dumps(value, indent=1 if pretty else None)
+
+    def answer(check: Any) -> str | None:
+        try:
+            check()
+        except LimitExceeded as exc:
+            return exc.code
+        return None
+
+    walked = answer(lambda: limits.check_value(value))
+    assert answer(lambda: limits.check_value(json.loads(text), text)) == walked
+    assert walked == (None if depth_of(value) <= max_depth else "too_deep")
+
+
+def test_a_deep_value_in_a_short_text_is_still_refused() -> None:
+    limits = Limits(max_depth=3)
+    text = "[[[[1]]]]"
+    with pytest.raises(LimitExceeded):
+        limits.check_value(json.loads(text), text)
+    limits.check_value(json.loads('{"a":"[[[[[[[["}'), '{"a":"[[[[[[[["}')  # walked: depth 1
+
+
 @given(json_values)
 def test_json_size_is_exactly_the_compact_utf8_encoding(value: object) -> None:
     assert json_size(value) == compact(value)

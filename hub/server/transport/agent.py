@@ -120,7 +120,7 @@ class AgentEndpoint(ThreadEndpoint):
         reply: dict[str, Any] | None = None
         try:
             frame = decode(message)
-            self.guard.check_frame(frame)
+            self.guard.check_frame(frame, message)
             tenant = state.peer.admission.principal.tenant
             delay = self.guard.take(state.peer.bucket, tenant)
             if delay:

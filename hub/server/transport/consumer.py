@@ -127,7 +127,7 @@ class ConsumerEndpoint(ThreadEndpoint):
         self, loaded: LoadedThread, outbox: Outbox, peer: Peer, message: str | bytes, seat: Seat
     ) -> None:
         frame = decode(message)
-        self.guard.check_frame(frame)
+        self.guard.check_frame(frame, message)
         if frame.get("type") == PRESENCE:  # scope read: being shown is not a write
             await self.presence.message(seat, frame)
             return

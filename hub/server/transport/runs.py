@@ -163,7 +163,7 @@ class HttpApi:
         except UnicodeDecodeError:
             raise PeerError("the body is not UTF-8") from None
         body = decode(text)
-        self.guard.check_frame(body)
+        self.guard.check_frame(body, text)
         return body
 
     # -- runs -----------------------------------------------------------------------------------

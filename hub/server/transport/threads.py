@@ -162,7 +162,7 @@ class ThreadsApi:
             body = decode(text)
         except PeerError:
             raise InvalidThreadUpdate("the body is not a JSON object") from None
-        self.guard.check_frame(body)
+        self.guard.check_frame(body, text)
         unknown = sorted(set(body) - set(EDITABLE))
         if unknown:
             raise InvalidThreadUpdate(f"a thread has no field {unknown[0]!r} to change")

@@ -130,14 +130,35 @@ class HubProcess:
             self.proc.wait(10)
 
     def stop(self) -> None:
+        stop_all([self])
+
+    def _signal_stop(self) -> None:
+        """SIGTERM (graceful drain) without waiting: :func:`stop_all` waits for them all."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+    def _wait_stopped(self, deadline: float) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self.terminate(10)
+                self.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.kill()
         if getattr(self, "log_file", None) is not None:
             self.log_file.close()
             Path(self.log_file.name).unlink(missing_ok=True)
+
+
+def stop_all(hubs: list[HubProcess], timeout: float = 10.0) -> None:
+    """Stop hub processes by their PIDs: SIGTERM to every one first, then wait for them all
+    (SIGKILL past ``timeout``). The nodes drain at once, not one after another: a node whose
+    drain waits out its bounds (an agent's call that never ends) costs the test one drain
+    timeout, not one per node."""
+    for hub in hubs:
+        hub._signal_stop()
+    deadline = time.monotonic() + timeout
+    for hub in hubs:
+        hub._wait_stopped(deadline)
 
 
 class Client:

@@ -91,6 +91,14 @@ def holds_the_hubs_view(mirror: Mirror, hub: HubProcess, thread: str) -> None:
     assert (mirror.seq, mirror.epoch) == (view["seq"], view["epoch"])
 
 
+async def until_consumers(hub: HubProcess, count: int) -> None:
+    """Wait until the hub's /metrics counts ``count`` consumers (a connect that follows a run
+    is one of them); fail after ``TIMEOUT``."""
+    async with asyncio.timeout(TIMEOUT):
+        while await asyncio.to_thread(hub.metric, "agui_hub_connections", role="consumer") != count:
+            await asyncio.sleep(0.02)
+
+
 class Reader:
     """One ``connect`` read in a task of its own; ``first`` is set on its first event."""
 
@@ -226,8 +234,11 @@ async def test_a_connect_cut_inside_the_run_resumes_from_its_last_event_id(
     last = event_id(got[-1])
     assert last is not None and last.endswith(":9"), [e["type"] for e in got]
     mirror = folded(got)
+    # The resume must be following the run before the run goes on: the cut connect has left
+    # the hub's consumers, then the resumed one has joined them (waited for, not slept on).
+    await until_consumers(hub, 0)
     reader = Reader(hub.http, thread, last_event_id=last)
-    await asyncio.sleep(0.2)
+    await until_consumers(hub, 1)
     await publish(agent, run[9:], acked)
     resumed = await reader.ended()
     assert [e["metadata"]["hub"]["seq"] for e in resumed] == list(range(10, len(RUN) + 1))

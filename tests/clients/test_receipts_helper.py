@@ -114,8 +114,12 @@ async def test_async_code_records_without_blocking_and_awaits_delivery(
 
 def test_refusals_raise_with_the_hubs_code_and_are_not_retried(secured: HubProcess) -> None:
     reader = Receipts(secured.http, token("receipts:read"))
-    record = reader.delegate("op-r", expected_artifact="file:x.md", handoff_id="h-r")
-    reader.progress("op-r", "h-r")
+    # Both records go in one batch: the sender (a thread of its own) cannot take the first
+    # before the second is buffered (its lock is reentrant). Unheld, a loaded machine could let
+    # it post the first alone, and the refusal below would hold one record, not two.
+    with reader._cond:
+        record = reader.delegate("op-r", expected_artifact="file:x.md", handoff_id="h-r")
+        reader.progress("op-r", "h-r")
     with pytest.raises(ReceiptError) as refused:
         reader.flush()
     assert (refused.value.code, refused.value.status) == ("forbidden", 403)

@@ -24,7 +24,8 @@ import { hubMissing, sleep, startHub, threadId } from "../../clients/js/test-sup
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const WORDS = 40; // the page's send button: 40 words, 30 ms apart (a word and its state delta)
+const WORDS = 40; // the page's send button: 40 words, 75 ms apart (a word and its state delta): the
+// run lasts 3 s, so that a second tab opens and the first reloads inside it on a loaded machine
 const FLAGS = [
   "--headless",
   "--no-sandbox",

@@ -36,7 +36,7 @@ function Chat() {
     const words = Number(event.currentTarget.dataset.words);
     agent.addMessage({ id: `u-${Date.now()}`, role: "user", content: `Stream ${words} words` });
     copilotkit
-      .runAgent({ agent, forwardedProps: { words, step: 30 } })
+      .runAgent({ agent, forwardedProps: { words, step: 75 } })
       .catch((err) => status.errors.push(`run: ${err?.message ?? err}`));
   };
 

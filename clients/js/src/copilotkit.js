@@ -36,7 +36,10 @@
 //   answer emits RUN_ERROR code `interrupt_resolved` (who answered, when: what a runtime's
 //   response carries to the browser) and errors with an InterruptResolvedError (`interruptId`,
 //   `by`, `at`), nothing run; a thread with a run open with `Error("Thread already running")`.
-//   Without a hub agent for it, a resume runs locally as any run (no claim: say `hubAgents`).
+//   Without a hub agent for it, the runtime runs the agent itself and the answers go to the hub
+//   on the run's RUN_STARTED (`input.resume`), which the hub claims the same way before the run
+//   opens: a later answer, on any instance, gets the same RUN_ERROR `interrupt_resolved` and
+//   error, and its agent is aborted at its first event.
 //   A run refused because another is open, or whose thread is deleted under it, also emits a
 //   RUN_ERROR (`run_in_progress`, `thread_deleted`) before it errors: the runtime's response
 //   carries that to the browser, where the Observable's error alone would end the stream empty.
@@ -642,6 +645,10 @@ class HubRun {
   _publish(event) {
     if (this.over || this.stopped || this.sentEnd) return;
     if (event.type === "RUN_STARTED" && event.runId) this.runId = event.runId;
+    if (event.type === "RUN_STARTED" && this.input?.resume?.length && !event.input?.resume) {
+      // The answers to the thread's interrupts go with the run's start, for the hub to claim.
+      event = { ...event, input: this._resumeInput(event) };
+    }
     this._send(event, true);
     if (event.type === "RUN_STARTED") {
       // The caller's new messages (the user's turn) are in the input, not in the agent's events:
@@ -652,6 +659,14 @@ class HubRun {
         this._send({ type: "MESSAGES_SNAPSHOT", messages: [...this.threadMessages, ...missing] }, false);
       }
     }
+  }
+
+  /** The RunAgentInput a resumed RUN_STARTED carries: the answers, not the caller's messages
+   * (those reach the thread as a MESSAGES_SNAPSHOT, see _publish). */
+  _resumeInput(event) {
+    const { threadId, runId } = event;
+    const given = { threadId, runId, state: {}, messages: [], tools: [], context: [], forwardedProps: {} };
+    return { ...given, resume: this.input.resume };
   }
 
   _send(event, emit) {
@@ -680,6 +695,16 @@ class HubRun {
       sent.rejected = frame.value;
       if (sent.event.type === "RUN_STARTED") {
         this._abortAgent();
+        if (code === "interrupt_resolved" || code === "interrupt_not_open") {
+          // Another answer won (or nothing waits for one): said as a RUN_ERROR too, as for
+          // the runs the hub starts (see HubResumedRun).
+          const err = hubRunError(code, String(message ?? ""), frame.value);
+          const { by, at } = frame.value;
+          const who = code === "interrupt_resolved" ? ` (by ${by ?? "someone"} at ${at})` : "";
+          this.events.next({ type: "RUN_ERROR", message: `${message}${who}`, code });
+          this._fail(err);
+          return;
+        }
         this._fail(
           code === "invalid_sequence" || code === "run_in_progress"
             ? new Error(THREAD_RUNNING)

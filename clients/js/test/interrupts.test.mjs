@@ -10,6 +10,7 @@ import WebSocket from "ws";
 
 import { HubClient, HubRunError, InterruptResolvedError } from "../src/agui-hub.js";
 import { AgentServer } from "../test-support/agents.mjs";
+import { played } from "../test-support/copilotkit-agent.mjs";
 import { EventSource } from "../test-support/event-source.mjs";
 import { hubMissing, startHub, threadId } from "../test-support/hub.mjs";
 
@@ -199,6 +200,67 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
     const late = recording(A.run({ threadId: thread, agent: local, input: input("ck-c", "late") }));
     const lateErr = await rejection(late.done);
     assert.ok(lateErr instanceof InterruptResolvedError, String(lateErr));
+  });
+
+  test("AguiHubRunner.run(resume) of an agent the runtime runs itself: the hub claims the answer on its RUN_STARTED", async () => {
+    const thread = threadId("ck-local");
+    const watcher = open(hub, thread);
+    await watcher.whenSynced();
+    await ask(watcher, thread);
+    // No hubAgents: each runtime runs its own agent, which answers in its events.
+    const A = new AguiHubRunner({ url: hub.http, WebSocket });
+    const B = new AguiHubRunner({ url: hub.http, WebSocket });
+    const ran = [];
+    class Answering extends AbstractAgent {
+      run(input) {
+        ran.push(input.runId);
+        const m = `m-${input.runId}`;
+        const events = [
+          { type: "RUN_STARTED", threadId: input.threadId, runId: input.runId },
+          { type: "TEXT_MESSAGE_START", messageId: m, role: "assistant" },
+          { type: "TEXT_MESSAGE_CONTENT", messageId: m, delta: `resumed by ${input.runId}` },
+          { type: "TEXT_MESSAGE_END", messageId: m },
+          { type: "RUN_FINISHED", threadId: input.threadId, runId: input.runId },
+        ];
+        return played(this, events, { before: () => new Promise((r) => setTimeout(r, 5)) });
+      }
+    }
+    const input = (runId, payload) => ({
+      threadId: thread,
+      runId,
+      state: {},
+      messages: [],
+      tools: [],
+      context: [],
+      forwardedProps: {},
+      resume: [approve(thread, payload)],
+    });
+    const runs = [
+      recording(A.run({ threadId: thread, agent: new Answering({ threadId: thread }), input: input("local-a", "from A") })),
+      recording(B.run({ threadId: thread, agent: new Answering({ threadId: thread }), input: input("local-b", "from B") })),
+    ];
+    const settled = await Promise.allSettled(runs.map((r) => r.done));
+    const won = settled.filter((s) => s.status === "fulfilled");
+    const lost = settled.filter((s) => s.status === "rejected");
+    assert.equal(won.length, 1, JSON.stringify(settled.map((s) => s.reason?.message ?? "ok")));
+    const err = lost[0].reason;
+    assert.ok(err instanceof InterruptResolvedError, String(err));
+    assert.equal(err.interruptId, `approve-${thread}`);
+    const loser = runs[settled.indexOf(lost[0])].seen;
+    assert.deepEqual(loser.filter((e) => e.type === "RUN_ERROR").map((e) => e.code), ["interrupt_resolved"]);
+    const winner = won[0].value.find((e) => e.type === "RUN_STARTED").runId;
+    // Who answered, right after the resumed run's RUN_STARTED, for every tab.
+    const log = logs.get(watcher);
+    await until("the watcher's resolution", () => log.some((e) => e.name === RESOLVED));
+    const at = log.findIndex((e) => e.type === "CUSTOM" && e.name === RESOLVED);
+    assert.equal(log[at - 1].type, "RUN_STARTED");
+    assert.equal(log[at - 1].runId, winner);
+    assert.equal(log[at].value.at, err.at);
+    const view = await until("the resumed run's end", async () => (await hub.thread(thread)).run === null)
+      .then(() => hub.thread(thread));
+    assert.equal(view.messages.at(-1).content, `resumed by ${winner}`);
+    assert.ok(!view.messages.some((m) => m.content === `resumed by ${lost[0] === settled[0] ? "local-a" : "local-b"}`));
+    assert.deepEqual(view.interrupts, []);
   });
 
   test("through two CopilotRuntime instances: a run request with resume is the hub's, first answer wins", async () => {

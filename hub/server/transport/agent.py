@@ -12,13 +12,21 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
 from hub.core.thread import Event, Outcome, Thread
-from hub.errors import BadSession, HubError, MalformedPatch, PeerError, Unavailable
-from hub.server import sessions
+from hub.errors import (
+    BadSession,
+    HubError,
+    InterruptNotOpen,
+    MalformedPatch,
+    PeerError,
+    Unavailable,
+)
+from hub.server import interrupts, sessions
 from hub.server.guard import Admission, Guard
 from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
@@ -44,6 +52,8 @@ class AgentEndpoint(ThreadEndpoint):
         super().__init__(hub, guard)
         #: Agents connected to this node.
         self.producers = 0
+        #: Claims being given back (kept referenced until done).
+        self._releasing: set[asyncio.Future[None]] = set()
 
     async def open(self, target: Route, admission: Admission) -> LoadedThread:
         self.guard.check_write(target.thread_id)
@@ -138,7 +148,21 @@ class AgentEndpoint(ThreadEndpoint):
                     log.warning(
                         "thread %s: %s", loaded.key, "; ".join(warnings), extra=about(loaded.key)
                     )
-                future = hub.submit(loaded, self._publishing(event, state))
+                answer = None
+                resume = _resume_of(event)
+                if resume:
+                    # An answer to the thread's open interrupts (a runtime running its agent
+                    # itself): claimed as the hub's own runs claim theirs, the first answer
+                    # winning on every node. In order: what came before it is settled first.
+                    if state.pending:
+                        await asyncio.wait([f for _, f, _ in state.pending])
+                    by = interrupts.answerer(state.peer.admission.principal)
+                    answer = await interrupts.claim(
+                        hub.store, loaded.key, loaded.thread, resume, by
+                    )
+                future = hub.submit(loaded, self._publishing(event, state, answer))
+                if answer is not None:
+                    future.add_done_callback(self._released_if_refused(loaded, answer))
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
             future = hub.submit(loaded, _aborting(exc))
@@ -149,17 +173,38 @@ class AgentEndpoint(ThreadEndpoint):
         if len(state.pending) == 1:
             state.wake.set()  # the answer loop waits on the oldest only
 
-    def _publishing(self, event: Event, state: _ProducerState) -> Change:
+    def _publishing(
+        self, event: Event, state: _ProducerState, answer: interrupts.Answer | None = None
+    ) -> Change:
         guard = self.guard
 
         def publish(thread: Thread) -> Outcome:
             guard.check_event(thread, event)
+            if answer is not None and not answer.still_open(thread):
+                return Outcome(error=InterruptNotOpen("the interrupts are no longer open"))
             outcome = thread.publish(event)
             if event["type"] == "RUN_STARTED" and outcome.error is None:
                 state.runs.add(event["runId"])
+                if answer is not None:  # every tab sees who answered, first thing in the run
+                    outcome.events += thread.resolve_interrupts(answer.resolutions)
             return outcome
 
         return publish
+
+    def _released_if_refused(
+        self, loaded: LoadedThread, answer: interrupts.Answer
+    ) -> Callable[[asyncio.Future[Outcome]], None]:
+        """A resumed RUN_STARTED the thread refused answered nobody: its claim is given back."""
+
+        def settled(future: asyncio.Future[Outcome]) -> None:
+            if future.cancelled() or future.result().error is not None:
+                task = asyncio.ensure_future(
+                    interrupts.release(self.hub.store, self.hub.store_health, loaded.key, answer)
+                )
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
+
+        return settled
 
     async def _session(self, loaded: LoadedThread, frame: dict[str, Any]) -> dict[str, Any]:
         """An agent's ``hub.session`` request (see hub.server.sessions)."""
@@ -261,3 +306,12 @@ class _ProducerState:
 
     def wake_up(self, _: object) -> None:
         self.wake.set()
+
+
+def _resume_of(event: Event) -> list[dict[str, Any]]:
+    """A ``RUN_STARTED``'s answers to open interrupts (``input.resume``, AG-UI 1.0), if any."""
+    if event["type"] != "RUN_STARTED":
+        return []
+    given = event.get("input")
+    resume = given.get("resume") if isinstance(given, dict) else None
+    return [dict(entry) for entry in resume] if isinstance(resume, list) else []

@@ -172,9 +172,12 @@ class MessageLog:
 
     def _reindex(self) -> None:
         self._by_id: dict[str, Message] = {m["id"]: m for m in self._items}
-        self._tool_parent: dict[str, str] = {
-            call["id"]: m["id"] for m in self._items for call in m.get("toolCalls") or []
-        }
+        # A call id that several messages hold (a MESSAGES_SNAPSHOT can give it so) is the
+        # first one's: the official client finds a call by searching the messages in order.
+        self._tool_parent: dict[str, str] = {}
+        for m in self._items:
+            for call in m.get("toolCalls") or []:
+                self._tool_parent.setdefault(call["id"], m["id"])
 
     def __len__(self) -> int:
         return len(self._items)
@@ -187,8 +190,11 @@ class MessageLog:
         self._join()
         existing = self._by_id.get(message["id"])
         if existing is not None:
+            held_calls = bool(existing.get("toolCalls"))
             existing.clear()
             existing.update(message)
+            if held_calls:  # its calls are gone: another message may hold one of them
+                self._reindex()
             return existing
         self._items.append(message)
         self._by_id[message["id"]] = message
@@ -383,8 +389,13 @@ class MessageLog:
         event: dict[str, Any] | None = None,
     ) -> None:
         """A tool's result, as the official client places it: right after the assistant
-        message holding the call and the tool messages that follow it, else at the end. (A
-        held id is replaced in place: the client would hold the id twice.)"""
+        message holding the call and the tool messages that follow it, else at the end.
+
+        Raises InvalidSequence for a message id already held (nothing changed): the official
+        client would insert a second message with that id, which a log keyed by id cannot
+        hold, so the hub refuses the event and no consumer sees it."""
+        if message_id in self._by_id:
+            raise InvalidSequence(f"message {message_id!r} is already held")
         message: Message = {
             "id": message_id,
             "role": role or "tool",
@@ -395,9 +406,6 @@ class MessageLog:
             message["subagentRunId"] = subagent
         if event is not None:
             fold_metadata(message, event)
-        if message_id in self._by_id:
-            self._append(message)
-            return
         self._join()
         owner_id = self._tool_parent.get(tool_call_id)
         owner = self._by_id.get(owner_id) if owner_id else None

@@ -131,8 +131,12 @@ export class MessageLog {
   reindex() {
     this.byId = new Map(this.items.map((m) => [m.id, m]));
     this.toolParent = new Map();
+    // A call id several messages hold (a MESSAGES_SNAPSHOT can say so) is the first one's: the
+    // official client finds a call by searching the messages in order.
     for (const m of this.items) {
-      for (const call of m.toolCalls ?? []) this.toolParent.set(call.id, m.id);
+      for (const call of m.toolCalls ?? []) {
+        if (!this.toolParent.has(call.id)) this.toolParent.set(call.id, m.id);
+      }
     }
   }
 
@@ -147,8 +151,10 @@ export class MessageLog {
   append(message) {
     const existing = this.byId.get(message.id);
     if (existing !== undefined) {
+      const heldCalls = (existing.toolCalls ?? []).length > 0;
       for (const key of Object.keys(existing)) delete existing[key];
       Object.assign(existing, message);
+      if (heldCalls) this.reindex(); // its calls are gone: another message may hold one
       return existing;
     }
     this.items.push(message);
@@ -267,7 +273,7 @@ export class MessageLog {
   /**
    * A tool's result, as the official client places it: right after the assistant message
    * holding the call and the tool messages that follow it, else at the end. (A held id is
-   * replaced in place.)
+   * replaced in place; the hub refuses such a result, so a mirror never receives one.)
    */
   addToolResult(id, toolCallId, content, role = null, subagent = null, event = null) {
     const message = { id, role: role || "tool", toolCallId, content };

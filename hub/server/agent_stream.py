@@ -129,7 +129,7 @@ async def read_stream(
             for data in parser.feed(chunk):
                 try:
                     frame = decode(data)
-                    guard.check_frame(frame)
+                    guard.check_frame(frame, data)
                     event, warnings = parse_event(frame)
                 except MalformedPatch as exc:
                     if batch:  # what came before it, first

@@ -11,13 +11,21 @@ and what still streams into them goes nowhere; so does the hub, and a joiner's r
 such an item ahead of its snapshots, which drop what the start made) or carry one (it goes on
 streaming into the snapshot's copy).
 
+Shapes of AG-UI 1.0 it sends beyond the plain ones: TOOL_CALL_RESULT with a message id
+already held (the client would hold that id twice, which the hub's messages, keyed by id,
+cannot: the hub refuses it with ``invalid_sequence``, so it counts among the refused events
+nobody sees) and for a call nobody made; ACTIVITY_SNAPSHOT with and without ``replace`` onto a
+held activity and onto a held message of another role; REASONING_ENCRYPTED_VALUE on messages,
+activities, tool calls and ids nobody holds; a MESSAGES_SNAPSHOT giving one tool call to two
+messages (the first holds it, as the client searches in order); a subagent's chunk stream
+(``subagentRunId`` on its chunks, continued by tagged chunks) while the parent has none open.
+
 What the generator leaves out, and why:
 
-- TOOL_CALL_RESULT with a message id already held: the client holds that id twice; the hub's
-  messages are keyed by id;
-- chunk streams of a subagent beside the parent's (``subagentRunId`` on chunks, or a tagged
-  event while the parent's chunk stream is open): the client keeps one chunk lane per
-  subagent, the hub one chunked item per thread;
+- a subagent's chunk stream beside an open chunk stream of the parent's, and chunks without
+  an id and a ``subagentRunId`` while more than one lane could take them: the client keeps one
+  chunk lane per subagent, the hub one chunked item per thread (per-lane chunk tracking in
+  hub/core/thread.py and streaming.py would be needed: left out until the thread has it);
 - events between runs: AG-UI 1.0's verifyEvents allows none but RUN_STARTED (and a RUN_ERROR
   right after RUN_FINISHED, which connect's history run does not carry).
 """
@@ -63,6 +71,7 @@ class Generator:
         self.failing: set[int] = set()
         self.n = 0
         self.state: dict[str, Any] = {"items": []}
+        self.held: list[str] = []  # ids surely held (made since the last MESSAGES_SNAPSHOT)
         self.messages: list[str] = []  # ids of messages held, as the hub holds them
         self.activities: list[str] = []
         self.calls: list[str] = []
@@ -88,6 +97,7 @@ class Generator:
         if rng.random() < 0.3:
             history = {"id": self.fresh("u"), "role": "user", "content": "question"}
             self.messages.append(history["id"])
+            self.held.append(history["id"])
             started["input"] = {
                 "threadId": self.thread,
                 "runId": run_id,
@@ -166,6 +176,7 @@ class Generator:
         self.add(event)
         self.open[f"text:{mid}"] = "text"
         self.messages.append(mid)
+        self.held.append(mid)
 
     def open_reasoning(self) -> None:
         mid = self.fresh("rm")
@@ -192,10 +203,25 @@ class Generator:
         self.open[f"step:{name}"] = "step"
 
     def open_subagent(self) -> None:
+        rng = self.rng
+        parent_chunks = self.chunk is not None
         sid = self.fresh("s")
         self.add({"type": "SUBAGENT_STARTED", "subagentRunId": sid, "name": "helper"})
         self.open[f"subagent:{sid}"] = "subagent"
-        if self.chunk is None and self.rng.random() < 0.7:  # tagged: only with no chunk stream
+        roll = rng.random()
+        if not parent_chunks and roll < 0.35:  # its own chunk stream, continued by its tag
+            kind = rng.choice(["text", "reasoning"])
+            mid = self.fresh("m" if kind == "text" else "rm")
+            chunk_type = "TEXT_MESSAGE_CHUNK" if kind == "text" else "REASONING_MESSAGE_CHUNK"
+            self.add({"type": chunk_type, "messageId": mid, "subagentRunId": sid, "delta": "s "})
+            for _ in range(rng.randint(0, 2)):
+                more: Event = {"type": chunk_type, "subagentRunId": sid, "delta": "t "}
+                if rng.random() < 0.5:
+                    more["messageId"] = mid
+                self.add(more, closes_chunk=False)
+            self.messages.append(mid)
+            return
+        if self.chunk is None and roll < 0.7:  # tagged: only with no chunk stream
             mid = self.fresh("m")
             self.add({"type": "TEXT_MESSAGE_START", "messageId": mid, "subagentRunId": sid})
             self.add({"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": "sub "})
@@ -273,26 +299,41 @@ class Generator:
                 patch = [{"op": "replace", "path": "/missing/x", "value": 1}]
             else:
                 patch = [{"op": "add", "path": f"/n{self.n}", "value": rng.randint(0, 9)}]
-            event = {"type": "ACTIVITY_DELTA", "messageId": aid, "activityType": "plan"}
-            self.add(event | {"patch": patch}, closes_chunk=False)
+            delta = {"type": "ACTIVITY_DELTA", "messageId": aid, "activityType": "plan"}
+            self.add(delta | {"patch": patch}, closes_chunk=False)
             self.n += 1
             return
-        aid = self.fresh("a")
-        event = {"type": "ACTIVITY_SNAPSHOT", "messageId": aid, "activityType": "plan"}
-        event |= {"content": {"steps": [1]}}
-        if rng.random() < 0.3:
+        streaming = {k.split(":", 1)[1] for k in self.open}
+        others = [m for m in self.messages if m not in self.activities and m not in streaming]
+        roll = rng.random()
+        if self.activities and roll < 0.2:
+            aid = rng.choice(self.activities)  # a held activity: replaced unless replace=False
+        elif others and roll < 0.35:
+            aid = rng.choice(others)  # another role's message: becomes an activity unless False
+        else:
+            aid = self.fresh("a")
+            self.messages.append(aid)
+        event: Event = {"type": "ACTIVITY_SNAPSHOT", "messageId": aid, "activityType": "plan"}
+        event |= {"content": {"steps": [self.n]}}
+        if rng.random() < 0.4:
             event["replace"] = rng.random() < 0.5
         self.add(event, closes_chunk=False)
-        self.activities.append(aid)
-        self.messages.append(aid)
+        if aid not in self.activities and (aid not in others or event.get("replace") is not False):
+            self.activities.append(aid)
 
     def tool_result(self) -> None:
+        rng = self.rng
         if not self.calls:
             return self.open_call()
-        cid = self.rng.choice(self.calls)
-        mid = self.fresh("res")
+        cid = rng.choice(self.calls) if rng.random() < 0.85 else self.fresh("nocall")
+        if self.held and rng.random() < 0.15:  # a held id: the hub refuses it
+            self.failing.add(len(self.events))
+            mid = rng.choice(self.held)
+        else:
+            mid = self.fresh("res")
+            self.messages.append(mid)
+            self.held.append(mid)
         self.add({"type": "TOOL_CALL_RESULT", "messageId": mid, "toolCallId": cid, "content": "ok"})
-        self.messages.append(mid)
         return None
 
     def passive(self) -> None:
@@ -303,8 +344,10 @@ class Generator:
         elif roll < 0.6:
             self.add({"type": "CUSTOM", "name": "progress", "value": {"pct": self.n}})
         elif self.messages or self.calls:
-            entity = rng.choice([*self.messages, *self.calls])
+            entity = rng.choice([*self.messages, *self.calls, "nobody"])
             subtype = "tool-call" if entity in self.calls else "message"
+            if rng.random() < 0.2:
+                subtype = rng.choice(["tool-call", "message"])
             event = {"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": entity}
             self.add(event | {"encryptedValue": f"enc{self.n}"}, closes_chunk=False)
 
@@ -320,6 +363,14 @@ class Generator:
             kind, mid = rng.choice(streaming).split(":", 1)
             role = "reasoning" if kind == "reasoning" else "assistant"
             messages.insert(0, {"id": mid, "role": role, "content": "kept "})
+        closed_calls = [c for c in self.calls if f"tool:{c}" not in self.open]
+        if closed_calls and rng.random() < 0.3:  # one call held by two messages
+            cid = rng.choice(closed_calls)
+            for _ in range(2):
+                holder = self.fresh("h")
+                call = {"id": cid, "type": "function", "function": {"name": "f", "arguments": ""}}
+                messages.append({"id": holder, "role": "assistant", "toolCalls": [call]})
+                self.messages.append(holder)
         snapshot: Event = {"type": "MESSAGES_SNAPSHOT", "messages": messages}
         if rng.random() < 0.3:
             types = rng.choice([None, ["plan"], ["other"]])
@@ -327,6 +378,7 @@ class Generator:
             if types != ["other"]:  # it owns the "plan" activities: they are gone
                 self.activities.clear()
         self.add(snapshot)
+        self.held = [m["id"] for m in messages]
         # what the hub holds after it is not followed here: later events name ids that may be
         # gone, which the client and the hub both take as "nothing to continue"
         self.messages.append(uid)

@@ -44,6 +44,14 @@ def call(cid: str, parent: str | None = None, **more: Any) -> list[Event]:
     return [start, {"type": "TOOL_CALL_END", "toolCallId": cid, **more}]
 
 
+#: Three messages holding one tool call (each its own copy, as JSON carries it).
+HOLDERS = [
+    {"id": f"h{i}", "role": "assistant", "toolCalls": [{"id": "c1", "type": "function"}]}
+    for i in range(3)
+]
+for _holder in HOLDERS:
+    _holder["toolCalls"][0]["function"] = {"name": "f", "arguments": ""}
+
 CASES: dict[str, list[Event]] = {
     "metadata folds into the message and the tool call, the last write winning": [
         {"type": "TEXT_MESSAGE_START", "messageId": "m1", "metadata": {"a": 1}},
@@ -118,6 +126,17 @@ CASES: dict[str, list[Event]] = {
         | {"metadata": {"@ag-ui/client": {"authoritativeActivityTypes": None}}},
         {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u2", "role": "user", "content": "y"}]}
         | {"metadata": {"@ag-ui/client": {"authoritativeActivityTypes": 7}}},
+    ],
+    "a call two messages hold is the first one's, then the next one's": [
+        {"type": "MESSAGES_SNAPSHOT", "messages": HOLDERS},
+        {"type": "TOOL_CALL_RESULT", "messageId": "res1", "toolCallId": "c1", "content": "1"},
+        {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "tool-call", "entityId": "c1"}
+        | {"encryptedValue": "E"},
+        {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "g"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}"},
+        {"type": "TOOL_CALL_END", "toolCallId": "c1"},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "h1", "activityType": "plan", "content": {}},
+        {"type": "TOOL_CALL_RESULT", "messageId": "res2", "toolCallId": "c1", "content": "2"},
     ],
     "events that do not end a chunk stream": [
         {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "a"},

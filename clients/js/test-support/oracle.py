@@ -185,7 +185,8 @@ def producer_event(rng: random.Random) -> Event:
             tool |= {"toolCallId": cid, "toolCallName": "g"}
         return tool
     if kind == 18:
-        return {"type": "TOOL_CALL_RESULT", "messageId": "res", "toolCallId": cid, "content": "ok"}
+        result = rng.choice(["res", "res2", "res3"])  # a held one: the hub refuses it
+        return {"type": "TOOL_CALL_RESULT", "messageId": result, "toolCallId": cid, "content": "ok"}
     if kind == 19:
         return {"type": "REASONING_MESSAGE_START", "messageId": "th", "role": "reasoning"}
     if kind == 20:

@@ -17,7 +17,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from ..errors import InvalidSequence
+from ..errors import InvalidEvent, InvalidSequence
 from .patch import Document, apply_patch, check_patch
 
 Message = dict[str, Any]
@@ -434,7 +434,12 @@ class MessageLog:
         """As the official client: a new id is appended; a held activity is replaced in place
         (keeping its other fields) unless ``replace`` is False; a held message of another role
         becomes this activity unless ``replace`` is False. What it lands in takes ``event``'s
-        metadata."""
+        metadata.
+
+        Raises InvalidEvent (nothing changed) for ``content`` that is not a JSON object, as
+        ``@ag-ui/core`` 1.0's schema refuses it (the client then fails the whole run)."""
+        if not isinstance(content, dict):
+            raise InvalidEvent("ACTIVITY_SNAPSHOT.content must be an object")
         existing = self.get(message_id)
         new: Message = {
             "id": message_id,

@@ -3,6 +3,8 @@ extension, folded as ``@ag-ui/client`` 1.0 folds them (or refused where it canno
 
 - a TOOL_CALL_RESULT whose message id the thread holds already: the client would hold that id
   twice, the thread refuses it (``invalid_sequence``), so no consumer ever sees it;
+- an ACTIVITY_SNAPSHOT whose content is not an object: ``@ag-ui/core``'s schema refuses it
+  (the client fails the run), the thread refuses it (``invalid_event``);
 - a tool call id that several messages hold (a MESSAGES_SNAPSHOT can say so): the client finds
   a call by searching the messages in order, so the first holder is the call's, for its
   result, its arguments and its encrypted value; once that holder loses its calls, the next.
@@ -84,3 +86,17 @@ def test_a_call_id_goes_to_the_next_holder_once_the_first_loses_its_calls() -> N
         result("res", "c1", "ok"),
     )
     assert [m["id"] for m in thread.view()["messages"]] == ["a1", "u1", "a2", "res", "u2"]
+
+
+def test_an_activity_snapshot_whose_content_is_not_an_object_is_refused() -> None:
+    thread = thread_with(
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "a1", "activityType": "plan", "content": {}},
+    )
+    before = thread.view()["messages"]
+    for content in (None, [1], "text", 3):
+        for mid in ("a1", "a2"):
+            event = {"type": "ACTIVITY_SNAPSHOT", "messageId": mid, "activityType": "plan"}
+            outcome = thread.publish(event | {"content": content})
+            assert outcome.error is not None and outcome.error.code == "invalid_event"
+            assert outcome.events == []
+    assert thread.view()["messages"] == before

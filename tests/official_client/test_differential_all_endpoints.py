@@ -15,10 +15,12 @@ Shapes of AG-UI 1.0 it sends beyond the plain ones: TOOL_CALL_RESULT with a mess
 already held (the client would hold that id twice, which the hub's messages, keyed by id,
 cannot: the hub refuses it with ``invalid_sequence``, so it counts among the refused events
 nobody sees) and for a call nobody made; ACTIVITY_SNAPSHOT with and without ``replace`` onto a
-held activity and onto a held message of another role; REASONING_ENCRYPTED_VALUE on messages,
-activities, tool calls and ids nobody holds; a MESSAGES_SNAPSHOT giving one tool call to two
-messages (the first holds it, as the client searches in order); a subagent's chunk stream
-(``subagentRunId`` on its chunks, continued by tagged chunks) while the parent has none open.
+held activity and onto a held message of another role, and with content that is not an object
+(the client's schema refuses it, failing the run: the hub refuses it, ``invalid_event``);
+REASONING_ENCRYPTED_VALUE on messages, activities, tool calls and ids nobody holds; a
+MESSAGES_SNAPSHOT giving one tool call to two messages (the first holds it, as the client
+searches in order); a subagent's chunk stream (``subagentRunId`` on its chunks, continued by
+tagged chunks) while the parent has none open.
 
 What the generator leaves out, and why:
 
@@ -317,6 +319,10 @@ class Generator:
         event |= {"content": {"steps": [self.n]}}
         if rng.random() < 0.4:
             event["replace"] = rng.random() < 0.5
+        if rng.random() < 0.08:  # content not an object: the client's schema and the hub refuse it
+            self.failing.add(len(self.events))
+            self.add(event | {"content": rng.choice([None, [1], "x"])}, closes_chunk=False)
+            return
         self.add(event, closes_chunk=False)
         if aid not in self.activities and (aid not in others or event.get("replace") is not False):
             self.activities.append(aid)

@@ -7,6 +7,7 @@ nothing else of the context does."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -162,6 +163,11 @@ async def test_refused_connections_are_retried_with_backoff_until_the_hub_is_the
     port = free_port()
     receipts = Receipts(f"http://127.0.0.1:{port}", token("receipts:write"), max_backoff=0.5)
     receipts.delegate("op-late", expected_artifact="file:late.md").accepted()
+    # The sender (a thread of its own) has tried and been refused: waited for, since on a
+    # loaded machine its first attempt can come later than the short flush below.
+    async with asyncio.timeout(10):
+        while receipts.last_error is None:
+            await asyncio.sleep(0.02)
     with pytest.raises(ReceiptsUndelivered) as late:
         await receipts.aflush(timeout=0.5)
     assert len(late.value.records) == 2 and "ConnectionRefused" in str(late.value.last_error)

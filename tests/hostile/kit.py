@@ -86,7 +86,10 @@ def claims(**overrides: Any) -> dict[str, Any]:
         "tenant": "mallory",
         "scope": ["read", "write", "agent"],
         "iat": now,
-        "exp": now + 600,
+        # A day: test modules build their tokens at import, and a full suite runs for many
+        # minutes before some of them are used (at +600 s a token meant to fail for its
+        # audience failed as expired once the suite passed ten minutes).
+        "exp": now + 86_400,
         "aud": AUDIENCE,
         "iss": ISSUER,
     }

@@ -256,8 +256,13 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
     assert.equal(log[at - 1].type, "RUN_STARTED");
     assert.equal(log[at - 1].runId, winner);
     assert.equal(log[at].value.at, err.at);
-    const view = await until("the resumed run's end", async () => (await hub.thread(thread)).run === null)
-      .then(() => hub.thread(thread));
+    // The runner's Observable completes once its events are sent, not stored: wait for the
+    // thread to hold the resumed run's message (the run is also closed between the runs).
+    const resumedMessage = (v) => v.messages.some((m) => m.id === `m-${winner}`);
+    const view = await until("the resumed run's end", async () => {
+      const v = await hub.thread(thread);
+      return v.run === null && resumedMessage(v);
+    }).then(() => hub.thread(thread));
     assert.equal(view.messages.at(-1).content, `resumed by ${winner}`);
     assert.ok(!view.messages.some((m) => m.content === `resumed by ${lost[0] === settled[0] ? "local-a" : "local-b"}`));
     assert.deepEqual(view.interrupts, []);

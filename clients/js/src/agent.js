@@ -38,23 +38,13 @@ import {
 import { Observable } from "rxjs";
 
 import { HubClient } from "./client.js";
-import { STREAMING } from "./mirror.js";
+import { ENDS, FOLLOWED, STARTS } from "./mirror.js";
 
 /** When the stream of one runAgent()/connectAgent() call ends. */
 export const UNTIL = ["idle", "run-end", "abort"];
 
 // What a run holds open and must end before RUN_FINISHED (the official verifier refuses it
-// otherwise): the streaming items, and a subagent's invocation (AG-UI 1.0), open from
-// SUBAGENT_STARTED to SUBAGENT_FINISHED or SUBAGENT_ERROR.
-const OPENED = {
-  ...STREAMING,
-  subagent: ["SUBAGENT_STARTED", null, "SUBAGENT_FINISHED", "subagentRunId"],
-};
-const STARTS = new Map(Object.entries(OPENED).map(([kind, spec]) => [spec[0], kind]));
-const ENDS = new Map([
-  ...Object.entries(OPENED).map(([kind, spec]) => [spec[2], kind]),
-  ["SUBAGENT_ERROR", "subagent"],
-]);
+// otherwise) is what the mirror follows: the streaming items and subagent invocations.
 
 /**
  * Turns the events a HubClient applied into a stream the official client accepts: every event
@@ -156,7 +146,7 @@ export class RunFramer {
   _follow(event) {
     const kind = STARTS.get(event.type) ?? ENDS.get(event.type);
     if (kind === undefined) return;
-    const [, , end, idField] = OPENED[kind];
+    const [, , end, idField] = FOLLOWED[kind];
     const key = `${kind}:${event[idField]}`;
     if (STARTS.has(event.type)) this.open.set(key, { type: end, [idField]: event[idField] });
     else this.open.delete(key);

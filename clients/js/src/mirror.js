@@ -38,12 +38,13 @@ export const STREAMING = {
 };
 // What the mirror follows as streaming: those, and a subagent's invocation (AG-UI 1.0), open
 // from SUBAGENT_STARTED to SUBAGENT_FINISHED or SUBAGENT_ERROR, which the hub re-opens too.
-const FOLLOWED = {
+export const FOLLOWED = {
   ...STREAMING,
   subagent: ["SUBAGENT_STARTED", null, "SUBAGENT_FINISHED", "subagentRunId"],
 };
-const STARTS = new Map(Object.entries(FOLLOWED).map(([kind, spec]) => [spec[0], kind]));
-const ENDS = new Map([
+/** Start event type -> kind, and end event type -> kind, of what FOLLOWED holds open. */
+export const STARTS = new Map(Object.entries(FOLLOWED).map(([kind, spec]) => [spec[0], kind]));
+export const ENDS = new Map([
   ...Object.entries(FOLLOWED).map(([kind, spec]) => [spec[2], kind]),
   ["SUBAGENT_ERROR", "subagent"],
 ]);

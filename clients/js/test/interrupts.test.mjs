@@ -77,6 +77,17 @@ function recording(observable) {
 }
 
 const approve = (thread, payload) => ({ interruptId: `approve-${thread}`, status: "resolved", payload });
+/** A RunAgentInput that answers the thread's `approve` interrupt with `payload`. */
+const resumeInput = (thread, runId, payload) => ({
+  threadId: thread,
+  runId,
+  state: {},
+  messages: [],
+  tools: [],
+  context: [],
+  forwardedProps: {},
+  resume: [approve(thread, payload)],
+});
 
 describe("interrupts answered from the clients, on a real hub", { skip: hubMissing() ?? false }, () => {
   let hub;
@@ -153,16 +164,7 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
     const B = new AguiHubRunner({ url: hub.http, WebSocket, hubAgents });
     // The runtime's own agent must not run: the hub runs `ask` for it.
     const local = { agentId: "assistant", runAgent: () => assert.fail("the answer ran locally") };
-    const input = (runId, payload) => ({
-      threadId: thread,
-      runId,
-      state: {},
-      messages: [],
-      tools: [],
-      context: [],
-      forwardedProps: {},
-      resume: [approve(thread, payload)],
-    });
+    const input = (runId, payload) => resumeInput(thread, runId, payload);
     const runs = [
       recording(A.run({ threadId: thread, agent: local, input: input("ck-a", "from A") })),
       recording(B.run({ threadId: thread, agent: local, input: input("ck-b", "from B") })),
@@ -225,16 +227,7 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
         return played(this, events, { before: () => new Promise((r) => setTimeout(r, 5)) });
       }
     }
-    const input = (runId, payload) => ({
-      threadId: thread,
-      runId,
-      state: {},
-      messages: [],
-      tools: [],
-      context: [],
-      forwardedProps: {},
-      resume: [approve(thread, payload)],
-    });
+    const input = (runId, payload) => resumeInput(thread, runId, payload);
     const runs = [
       recording(A.run({ threadId: thread, agent: new Answering({ threadId: thread }), input: input("local-a", "from A") })),
       recording(B.run({ threadId: thread, agent: new Answering({ threadId: thread }), input: input("local-b", "from B") })),

@@ -288,6 +288,14 @@ class RunInProgress(PeerError):
     code = "run_in_progress"
 
 
+class RunRefused(PeerError):
+    """An agent connection's event after its own ``RUN_STARTED`` was refused: what the run was
+    to carry is refused with it, up to that run's ``RUN_FINISHED``/``RUN_ERROR`` or the
+    connection's next ``RUN_STARTED``, so it never enters a run another peer opened."""
+
+    code = "run_refused"
+
+
 class UnknownAgent(PeerError):
     """``hub.run`` names an agent the hub is not configured to call."""
 
@@ -303,6 +311,7 @@ class UnknownRun(PeerError):
 ERROR_CODES.update(
     {
         "run_in_progress": "a run was asked for while the thread's run is still open",
+        "run_refused": "an agent connection's event of a run whose RUN_STARTED was refused",
         "unknown_agent": "hub.run names an agent the hub is not configured to call",
         "unknown_run": "hub.cancel names a run that is not the thread's open run, nor queued",
         "run_queue_full": "policy enqueue: the thread has as many runs queued as allowed "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
+from ..wire.events import check_not_reserved
 from .fold import fold
 from .messages import MessageLog
 from .patch import Document, apply_patch, check_patch
@@ -152,10 +153,8 @@ class Thread:
 
     def publish(self, event: Event) -> Outcome:
         """Sequence one validated AG-UI event (a camelCase dict) from a producer."""
-        if event["type"] == "CUSTOM" and str(event.get("name", "")).startswith("hub."):
-            reserved = InvalidEvent("CUSTOM names starting with 'hub.' are reserved for the hub")
-            return Outcome(error=reserved)
         try:
+            check_not_reserved(event)  # parsed at the edge too; this is for every other door
             stored = self._effect(event)
         except MalformedPatch as exc:
             outcome = Outcome(error=exc)

@@ -55,9 +55,18 @@ def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
         raise InvalidEvent(f"invalid {kind} at {where}: {first['msg']}") from None
     except RecursionError:
         raise InvalidEvent("the event nests too deeply") from None
+    if kind == "CUSTOM":
+        check_not_reserved(obj)
     if _dumps_as(model, obj):
         return obj, warnings
     return model.model_dump(by_alias=True, mode="json"), warnings
+
+
+def check_not_reserved(event: dict[str, Any]) -> None:
+    """Refuse a producer's ``CUSTOM`` event named like the hub's own (``hub.*``): consumers
+    take those as the hub's word (welcome, errors, resolutions)."""
+    if event["type"] == "CUSTOM" and str(event.get("name", "")).startswith("hub."):
+        raise InvalidEvent("CUSTOM names starting with 'hub.' are reserved for the hub")
 
 
 # --- the common STATE_DELTA, checked without building its models --------------------------------

@@ -52,6 +52,17 @@ def nested_list(depth: int) -> Any:
     return value
 
 
+def _starts_run(frame: str | bytes | dict[str, Any]) -> bool:
+    """Whether a hostile frame is a ``RUN_STARTED`` (in any of the forms the scenes send)."""
+    if isinstance(frame, dict):
+        return frame.get("type") == "RUN_STARTED"
+    try:
+        obj = json.loads(frame) if isinstance(frame, str) else msgpack.unpackb(frame)
+    except Exception:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "RUN_STARTED"
+
+
 class Scene:
     """A fresh thread holding ``{"keep": 1}`` at seq 1, its agent and a watching consumer."""
 
@@ -89,6 +100,11 @@ class Scene:
         last = (await self.agent.recv_until(answered))[-1]
         if is_custom(last, "hub.ack"):
             return {"code": None, "frame": n}
+        if _starts_run(frame):
+            # A refused RUN_STARTED refuses its run with it: the agent ends that run (refused
+            # too), and its frames after count again (checked by unchanged()).
+            end = await self.hostile({"type": "RUN_ERROR", "message": "my start was refused"})
+            assert end["code"] == "run_refused", end
         return last["value"]  # type: ignore[no-any-return]
 
     async def unchanged(self) -> None:

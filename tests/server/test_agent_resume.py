@@ -114,3 +114,94 @@ async def test_a_resumed_run_the_thread_refuses_gives_its_claim_back(
     third = await _agent(hub)  # and holds it: the first answer that opened its run won
     await third.send(_resumed("r3", "no"))
     assert (await _answer(third))["value"]["code"] == "interrupt_resolved"
+
+
+def _run_of(run_id: str, text: str) -> list[dict[str, Any]]:
+    """A whole run of one agent connection, sent without waiting for answers."""
+    message = f"m-{run_id}"
+    return [
+        {"type": "TEXT_MESSAGE_START", "messageId": message, "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": message, "delta": text},
+        {"type": "TEXT_MESSAGE_END", "messageId": message},
+        {"type": "RUN_FINISHED", "threadId": THREAD, "runId": run_id},
+    ]
+
+
+async def _answers(agent: Client, frames: int) -> dict[int, str]:
+    """The hub's error codes for an agent's first ``frames`` frames, by frame index, once they
+    are all answered (the acknowledgement counts refused frames too)."""
+    got = await agent.recv_until(
+        lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == frames
+    )
+    return {e["value"]["frame"]: e["value"]["code"] for e in got if is_custom(e, "hub.error")}
+
+
+async def test_the_events_of_a_run_refused_at_its_start_never_enter_the_winners_run(
+    start_hub: Callable[..., HubProcess], redis_server: RedisServer
+) -> None:
+    """Two runtimes answer at once and stream their agents' runs without waiting: the loser's
+    RUN_STARTED is refused, and so is every event of its run (run_refused), so the thread holds
+    the winner's reply only. Before, the loser's message streamed into the winner's run."""
+    a = start_hub(store=redis_server.url)
+    b = start_hub(store=redis_server.url)
+    asker = await _agent(a)
+    await asker.send({"type": "RUN_STARTED", "threadId": THREAD, "runId": "r1"})
+    end = {"type": "interrupt", "interrupts": [INTERRUPT]}
+    await asker.send({"type": "RUN_FINISHED", "threadId": THREAD, "runId": "r1", "outcome": end})
+    await asker.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 2)
+
+    runtimes = [await _agent(node) for node in (a, b)]
+
+    async def stream(i: int, runtime: Client) -> None:
+        for frame in [_resumed(f"r2-{i}", i), *_run_of(f"r2-{i}", f"reply {i}")]:
+            await runtime.send(frame)
+
+    await asyncio.gather(*(stream(i, r) for i, r in enumerate(runtimes)))
+    answers = [await _answers(r, 5) for r in runtimes]
+    won = [i for i, errors in enumerate(answers) if not errors]
+    assert len(won) == 1, answers
+    lost = answers[1 - won[0]]
+    assert lost == {1: "interrupt_resolved", **dict.fromkeys(range(2, 6), "run_refused")}
+
+    view = a.thread(THREAD)
+    assert view["run"] is None, view["run"]
+    replies = [m["content"] for m in view["messages"] if m["role"] == "assistant"]
+    assert replies == [f"reply {won[0]}"], view["messages"]
+
+
+async def test_a_second_run_on_an_open_one_is_refused_whole_and_the_open_run_goes_on(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """A second agent connection starting a run while one is open: its RUN_STARTED is refused
+    and every event of its run with it, a malformed patch of it ends nobody's run; after its
+    RUN_FINISHED its frames count again, and the first agent's run goes on untouched."""
+    hub = start_hub()
+    first = await _agent(hub)
+    await first.send({"type": "RUN_STARTED", "threadId": THREAD, "runId": "r1"})
+    assert await _answers(first, 1) == {}
+
+    second = await _agent(hub)
+    frames = [
+        {"type": "RUN_STARTED", "threadId": THREAD, "runId": "r2"},
+        *_run_of("r2", "not mine")[:3],
+        {"type": "STATE_DELTA", "delta": [{"op": "add", "value": 1}]},  # malformed
+        _run_of("r2", "")[3],
+        {"type": "STATE_SNAPSHOT", "snapshot": {"after": "its run"}},
+    ]
+    for frame in frames:
+        await second.send(frame)
+    errors = await _answers(second, len(frames))
+    assert errors.pop(1) == "invalid_sequence", errors
+    assert errors == {
+        **dict.fromkeys((2, 3, 4), "run_refused"),
+        5: "malformed_patch",
+        6: "run_refused",
+    }
+
+    for frame in _run_of("r1", "mine"):
+        await first.send(frame)
+    assert await _answers(first, 5) == {}
+    view = hub.thread(THREAD)
+    assert view["state"] == {"after": "its run"}
+    assert [m["content"] for m in view["messages"]] == ["mine"], view["messages"]
+    assert view["run"] is None

@@ -24,6 +24,7 @@ from hub.errors import (
     InterruptNotOpen,
     MalformedPatch,
     PeerError,
+    RunRefused,
     Unavailable,
 )
 from hub.server import interrupts, sessions
@@ -128,8 +129,15 @@ class AgentEndpoint(ThreadEndpoint):
         """Check one frame at the edge and submit it (``state.pending`` gets its answer)."""
         hub = self.hub
         reply: dict[str, Any] | None = None
+        run, opens = state.run, False
         try:
             frame = decode(message)
+            kind = frame.get("type")
+            if kind == "RUN_STARTED":
+                run, opens = _Run(), True
+                state.run = run
+            elif kind == "RUN_FINISHED" or kind == "RUN_ERROR":
+                state.run = None
             self.guard.check_frame(frame, message)
             tenant = state.peer.admission.principal.tenant
             delay = self.guard.take(state.peer.bucket, tenant)
@@ -160,30 +168,51 @@ class AgentEndpoint(ThreadEndpoint):
                     answer = await interrupts.claim(
                         hub.store, loaded.key, loaded.thread, resume, by
                     )
-                future = hub.submit(loaded, self._publishing(event, state, answer))
+                future = hub.submit(loaded, self._publishing(event, state, run, answer))
                 if answer is not None:
                     future.add_done_callback(self._released_if_refused(loaded, answer))
         except MalformedPatch as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-            future = hub.submit(loaded, _aborting(exc))
+            future = hub.submit(loaded, _aborting(exc, run))
         except (PeerError, Unavailable) as exc:
             hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+            if opens and run is not None:
+                run.started = False  # the run is refused whole
             future = done(Outcome(error=exc))
         state.pending.append((state.frames, future, reply))
         if len(state.pending) == 1:
             state.wake.set()  # the answer loop waits on the oldest only
 
     def _publishing(
-        self, event: Event, state: _ProducerState, answer: interrupts.Answer | None = None
+        self,
+        event: Event,
+        state: _ProducerState,
+        run: _Run | None,
+        answer: interrupts.Answer | None = None,
     ) -> Change:
         guard = self.guard
+        starts = event["type"] == "RUN_STARTED"
 
         def publish(thread: Thread) -> Outcome:
+            if not starts:
+                guard.check_event(thread, event)  # its own fault first, if it has one
+                if run is not None and run.refused:
+                    return Outcome(error=_refused(event))
+                return thread.publish(event)
+            assert run is not None
+            try:
+                outcome = opening(thread)
+            except HubError as exc:
+                outcome = Outcome(error=exc)
+            run.started = outcome.error is None  # set again, in order, if the batch is re-applied
+            return outcome
+
+        def opening(thread: Thread) -> Outcome:
             guard.check_event(thread, event)
             if answer is not None and not answer.still_open(thread):
                 return Outcome(error=InterruptNotOpen("the interrupts are no longer open"))
             outcome = thread.publish(event)
-            if event["type"] == "RUN_STARTED" and outcome.error is None:
+            if outcome.error is None:
                 state.runs.add(event["runId"])
                 if answer is not None:  # every tab sees who answered, first thing in the run
                     outcome.events += thread.resolve_interrupts(answer.resolutions)
@@ -278,14 +307,40 @@ class AgentEndpoint(ThreadEndpoint):
             await state.wake.wait()
 
 
-def _aborting(exc: MalformedPatch) -> Change:
-    """A malformed patch is fatal to the run (AG-UI): refuse the frame and end the run."""
+def _aborting(exc: MalformedPatch, run: _Run | None) -> Change:
+    """A malformed patch is fatal to the run (AG-UI): refuse the frame and end the run (not
+    one another peer opened after refusing this connection's)."""
 
     def abort(thread: Thread) -> Outcome:
+        if run is not None and run.refused:
+            return Outcome(error=exc)
         event = thread.abort_run(exc.message, "malformed_patch")
         return Outcome(events=[] if event is None else [event], error=exc)
 
     return abort
+
+
+class _Run:
+    """One ``RUN_STARTED`` of an agent connection and the frames after it up to its end.
+
+    Frames take their run when they are read (in the connection's order); whether it started
+    is settled when its ``RUN_STARTED`` is applied, before any of them (the writer applies in
+    order). An event of a run whose start was refused is refused too (``run_refused``): it was
+    built on something the hub refused, and must not enter a run another peer opened."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        #: None until its RUN_STARTED is applied (or refused at the edge).
+        self.started: bool | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.started is False
+
+
+def _refused(event: Event) -> RunRefused:
+    return RunRefused(f"{event['type']} of a run whose RUN_STARTED the hub refused")
 
 
 class _ProducerState:
@@ -303,6 +358,8 @@ class _ProducerState:
         self.acked_frames = 0
         self.last_seq = 0
         self.runs: set[str] = set()
+        #: The run the frames read now belong to (None: outside any of this connection's).
+        self.run: _Run | None = None
 
     def wake_up(self, _: object) -> None:
         self.wake.set()

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit
 
 from hub.auth import SCOPES, AuthConfig, mint_token, parse_origin_allowlist, parse_scope_arg
@@ -36,6 +36,9 @@ from hub.server.collector import Collector
 from hub.server.config import AgentTarget, Config, StartupError
 from hub.server.settings import count, port, seconds, store_url
 from hub.wire.control import RUN_POLICIES
+
+if TYPE_CHECKING:
+    from hub.server.app import HubServer
 
 #: Where the HS256 secret may come from instead of a file (keeps it out of ``ps``).
 SECRET_ENV = "AGUI_HUB_JWT_SECRET"
@@ -79,6 +82,14 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         default=None,
         metavar="SECONDS",
         help="delete a thread with no event and nobody on it for this long (default: never)",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=seconds(),
+        default=60.0,
+        metavar="SECONDS",
+        help="after SIGTERM, stop within this even if the store never answers; a second "
+        "SIGTERM/SIGINT stops at once (default 60)",
     )
     parser.add_argument(
         "--presence-ttl",
@@ -253,6 +264,7 @@ def _config(args: argparse.Namespace) -> Config:
         store=args.store,
         retention=args.retention,
         thread_ttl=args.thread_ttl,
+        stop_timeout=args.stop_timeout,
         presence_ttl=args.presence_ttl,
         redis_pool=args.redis_pool,
         consumer_buffer=args.consumer_buffer,
@@ -594,7 +606,30 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         ready.set()
     await stop.wait()
     log.info("draining")
-    await server.drain()
+    stop.clear()
+    if not await _drained(server, stop, config.stop_timeout):
+        # Something of the drain waits on what does not answer (a store gone silent, a peer
+        # that never reads): an orchestrator's SIGTERM must still end the node. What the
+        # drain had not stored yet is lost, as with SIGKILL; the log says so.
+        logging.shutdown()
+        os._exit(1)
+
+
+async def _drained(server: HubServer, again: asyncio.Event, within: float) -> bool:
+    """Drain ``server``; False if that took longer than ``within`` seconds or another signal
+    came first (said in the log)."""
+    draining = asyncio.ensure_future(server.drain())
+    signalled = asyncio.ensure_future(again.wait())
+    done, _ = await asyncio.wait(
+        {draining, signalled}, timeout=within, return_when=asyncio.FIRST_COMPLETED
+    )
+    signalled.cancel()
+    if draining in done:
+        draining.result()  # a bug in the drain is a stack, as before
+        return True
+    why = "a second signal came" if signalled in done else f"it took over {within:g} s"
+    log.error("draining stopped unfinished (%s): stopping now, without what it still held", why)
+    return False
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ class Config:
     heartbeat: float = 15.0
     #: Seconds a draining node waits for consumers to take their close frame.
     drain_timeout: float = 3.0
+    #: Seconds after SIGTERM within which the node stops, drained or not (``--stop-timeout``).
+    stop_timeout: float = 60.0
     #: Pending TCP connections the listening socket queues (a reconnect storm arrives at once).
     backlog: int = 4096
     #: Writes waiting for the store before producers are slowed down (backpressure).

@@ -191,21 +191,23 @@ class AgentEndpoint(ThreadEndpoint):
         answer: interrupts.Answer | None = None,
     ) -> Change:
         guard = self.guard
-        starts = event["type"] == "RUN_STARTED"
+        if event["type"] == "RUN_STARTED":
+            assert run is not None
+            return self._opening(event, state, run, answer)
 
         def publish(thread: Thread) -> Outcome:
-            if not starts:
-                guard.check_event(thread, event)  # its own fault first, if it has one
-                if run is not None and run.refused:
-                    return Outcome(error=_refused(event))
-                return thread.publish(event)
-            assert run is not None
-            try:
-                outcome = opening(thread)
-            except HubError as exc:
-                outcome = Outcome(error=exc)
-            run.started = outcome.error is None  # set again, in order, if the batch is re-applied
-            return outcome
+            guard.check_event(thread, event)  # its own fault first, if it has one
+            if run is not None and run.refused:
+                return Outcome(error=_refused(event))
+            return thread.publish(event)
+
+        return publish
+
+    def _opening(
+        self, event: Event, state: _ProducerState, run: _Run, answer: interrupts.Answer | None
+    ) -> Change:
+        """A ``RUN_STARTED``: whether it opened settles its run (:class:`_Run`)."""
+        guard = self.guard
 
         def opening(thread: Thread) -> Outcome:
             guard.check_event(thread, event)
@@ -216,6 +218,14 @@ class AgentEndpoint(ThreadEndpoint):
                 state.runs.add(event["runId"])
                 if answer is not None:  # every tab sees who answered, first thing in the run
                     outcome.events += thread.resolve_interrupts(answer.resolutions)
+            return outcome
+
+        def publish(thread: Thread) -> Outcome:
+            try:
+                outcome = opening(thread)
+            except HubError as exc:
+                outcome = Outcome(error=exc)
+            run.started = outcome.error is None  # set again, in order, if the batch is re-applied
             return outcome
 
         return publish

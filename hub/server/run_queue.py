@@ -5,8 +5,9 @@ request's ``"policy"``) on a thread that has a run open, or runs queued already,
 the store (:meth:`~hub.store.base.Store.enqueue_run`), bounded by the ``max_queued_runs`` limit
 (past it: ``run_queue_full``, nothing queued); the caller is answered ``{threadId, runId,
 queued: true, position}`` (1 is next). The entry keeps what the caller asked for (agent, input
-messages, tools, context, forwardedProps) and who asked; the ``RunAgentInput`` is built when
-the run opens, from the thread as the runs before it left it.
+messages, tools, context, forwardedProps), who asked and when; the ``RunAgentInput`` is built
+when the run opens, from the thread as the runs before it left it. ``GET /v1/threads/{id}``
+shows the queue (:func:`shown`), the list how many runs each thread has queued.
 
 Any node may open the next queued run, once the thread has none open (:meth:`RunQueue.kick`):
 
@@ -24,7 +25,20 @@ agent is no longer configured is dropped, said in the log. A cancel of a queued 
 ``runId`` on the usual routes) takes it out of the queue; one being opened right then is
 cancelled once open.
 
-The node that queued a run keeps the thread loaded while its runs wait (as a run keeps it).
+A node may die between opening a queued run and taking it out of the queue; the hold lapses
+(:data:`HOLD_TTL`) and the run is next again. It never opens twice: a queued run opens only
+if the thread's open or last run is not that very run id (checked in the change that opens
+it, on the thread's authoritative copy), and a take after a lapsed hold is told where the
+log stood at the run's first take; the taker looks in the log after it for the run's
+``RUN_STARTED``, and a run found there (or that it cannot rule out: the log was trimmed
+past that point) is only taken out of the queue, said in the log.
+
+The node that queued a run keeps the thread loaded while its runs wait (as a run keeps it),
+and *watches* the thread's queue in the store, renewed each second
+(:meth:`~hub.store.base.Store.watch_queues`). A node that dies stops renewing: once the watch
+lapsed (:data:`WATCH_TTL`), one node of those that look each second adopts the queue (loads
+the thread, waits on its runs as if it had queued them), so a run queued behind an agent
+connection's run, on a node that died since, starts when that run ends.
 """
 
 from __future__ import annotations
@@ -32,8 +46,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from hub.errors import LimitExceeded, PeerError, RunInProgress
@@ -48,6 +64,14 @@ log = logging.getLogger("agui_hub.upstream")
 #: Seconds a node holds the next queued run while it opens it: another node takes it after
 #: that only if the node died meanwhile (opening takes a store round trip or two).
 HOLD_TTL = 10.0
+#: Seconds a node's watch of the queues it waits on outlives its last renewal (each second).
+WATCH_TTL = 5.0
+
+
+class AlreadyOpened(RunInProgress):
+    """A queued run's turn came, but the thread's open or last run is that very run: a node
+    opened it and died before taking it out of the queue. Never opened again."""
+
 
 #: Opens a queued run: (thread, the command, its run id, who asked) -> the start's answer.
 Starter = Callable[[LoadedThread, control.Run, str, str | None], Awaitable[dict[str, Any]]]
@@ -63,9 +87,11 @@ class Queued:
     context: list[Any]
     forwarded_props: Any
     by: str | None = None
+    #: When it was queued (Unix ms; 0: not known, an entry queued before it was kept).
+    at: int = 0
 
     @classmethod
-    def of(cls, command: control.Run, by: str | None) -> Queued:
+    def of(cls, command: control.Run, by: str | None, at: int = 0) -> Queued:
         return cls(
             command.agent,
             command.messages,
@@ -73,6 +99,7 @@ class Queued:
             command.context,
             command.forwarded_props,
             by,
+            at,
         )
 
     def encode(self) -> bytes:
@@ -84,6 +111,7 @@ class Queued:
                 "context": self.context,
                 "forwardedProps": self.forwarded_props,
                 "by": self.by,
+                "at": self.at,
             },
             separators=(",", ":"),
             ensure_ascii=False,
@@ -99,6 +127,7 @@ class Queued:
             list(value["context"]),
             value["forwardedProps"],
             value.get("by"),
+            int(value.get("at") or 0),
         )
 
     def command(self) -> control.Run:
@@ -135,7 +164,7 @@ class RunQueue:
         """Queue the run: ``{threadId, runId, queued: true, position}``; ``run_queue_full``
         when the thread's queue is full."""
         limit = self.hub.config.limits.max_queued_runs
-        entry = Queued.of(command, by).encode()
+        entry = Queued.of(command, by, int(time.time() * 1000)).encode()
         place = await self.hub.store.enqueue_run(loaded.key, run_id, entry, limit)
         if place is None:
             raise LimitExceeded(
@@ -143,6 +172,8 @@ class RunQueue:
             )
         self.hub.metrics.inc("agui_hub_queued_runs_total", outcome="queued")
         self._track(loaded, run_id)
+        # Watched from now, not from the next tick: a node dying first leaves it adoptable.
+        await self.hub.store.watch_queues([loaded.key], WATCH_TTL)
         self.kick(loaded)  # the open run may have ended while this one queued
         thread_id = loaded.thread.thread_id
         return {"threadId": thread_id, "runId": run_id, "queued": True, "position": place}
@@ -167,8 +198,10 @@ class RunQueue:
         self._kicks[key] = asyncio.create_task(self._kick(key), name=f"run-queue {key}")
 
     async def tick(self) -> None:
-        """Each second (the node's lease watch): the threads this node queued runs on. Runs
-        another node opened (or cancelled) are let go; a thread with none open is kicked."""
+        """Each second (the node's lease watch): the threads this node waits on runs of. Runs
+        another node opened (or cancelled) are let go; a thread with none open is kicked. The
+        watch of those queues is renewed, in one question, and a queue whose watch lapsed
+        (its nodes died) is adopted."""
         store = self.hub.store
         for key, (loaded, mine) in list(self.waiting.items()):
             if loaded.deleted or loaded.unloaded:
@@ -180,6 +213,11 @@ class RunQueue:
                 await self.hub.refresh(loaded)  # a copy nobody here follows may be behind
                 if loaded.thread.run is None:
                     self.kick(loaded)
+        if self.waiting:
+            await store.watch_queues(list(self.waiting), WATCH_TTL)
+        for key in await store.lapsed_queues():
+            if key not in self.waiting:
+                await self._adopt(key)
 
     async def close(self) -> None:
         """The node is going away: its kicks stop; the queued runs stay in the store, for the
@@ -193,6 +231,26 @@ class RunQueue:
             self._untrack(key, set(mine))
 
     # -- inside -----------------------------------------------------------------------------------
+
+    async def _adopt(self, key: str) -> None:
+        """A queue whose watch lapsed: its runs wait on this node from now (one node adopts
+        it), or, with none queued, its watch is dropped."""
+        store = self.hub.store
+        queued = await store.queued_runs(key)
+        if not queued:
+            await store.forget_queue(key)
+            return
+        if not await store.adopt_queue(key, WATCH_TTL):
+            return  # another node adopted it first
+        loaded = await self.hub.load(key)
+        log.warning(
+            "%d queued runs lost the node that queued them; they wait on this node now",
+            len(queued),
+            extra=about(key),
+        )
+        for run_id in queued:
+            self._track(loaded, run_id)
+        self.kick(loaded)
 
     async def _kick(self, key: str) -> None:
         try:
@@ -221,10 +279,23 @@ class RunQueue:
             taken = await store.take_next_run(key, HOLD_TTL)
             if taken is None:
                 return  # none queued, or another node is opening it
-            run_id, data = taken
+            run_id, data, since = taken
+            if since is not None and await self._opened(loaded, run_id, since):
+                await store.dequeue_run(key, run_id)
+                self._untrack(key, {run_id})
+                continue
             try:
                 queued = Queued.decode(data)
                 await self._start(loaded, queued.command(), run_id, queued.by)
+            except AlreadyOpened:  # its node opened it, and died before the dequeue
+                log.warning(
+                    "queued run %s had opened already; taken out of the queue",
+                    run_id,
+                    extra=about(key, run=run_id),
+                )
+                await store.dequeue_run(key, run_id)
+                self._untrack(key, {run_id})
+                continue
             except RunInProgress:  # another run opened first: this one stays next
                 await store.release_next_run(key, run_id)
                 return
@@ -247,6 +318,35 @@ class RunQueue:
             self._untrack(key, {run_id})
             return
 
+    async def _opened(self, loaded: LoadedThread, run_id: str, since: int) -> bool:
+        """A run taken again after its hold lapsed: whether it opened after ``since`` (the
+        log's last seq at its first take), or may have (the log no longer reaches back
+        there: it is never opened twice, so it is given up)."""
+        await self.hub.refresh(loaded)  # a head check: still open, or just ended, here
+        thread = loaded.thread
+        found = run_id in (thread.run_id, thread.last_run_id)
+        if not found:
+            events = await self.hub.store.read_log(loaded.key, since)
+            if events is None:
+                log.warning(
+                    "queued run %s may have opened on a node that died (the log no longer "
+                    "reaches back to its first take); dropped",
+                    run_id,
+                    extra=about(loaded.key, run=run_id),
+                )
+                self.hub.metrics.inc("agui_hub_queued_runs_total", outcome="dropped")
+                return True
+            found = any(e.get("type") == "RUN_STARTED" and e.get("runId") == run_id for e in events)
+        if found:
+            self.hub.metrics.inc("agui_hub_queued_runs_total", outcome="started")
+            log.warning(
+                "queued run %s had opened on a node that died before taking it out of the "
+                "queue; taken out now",
+                run_id,
+                extra=about(loaded.key, run=run_id),
+            )
+        return found
+
     def _track(self, loaded: LoadedThread, run_id: str) -> None:
         found = self.waiting.get(loaded.key)
         if found is None:
@@ -264,3 +364,21 @@ class RunQueue:
             del self.waiting[key]
             loaded.producers -= 1
             self.hub.released(loaded)
+
+
+async def shown(hub: Hub, key: str) -> list[dict[str, Any]]:
+    """The thread's queue as ``GET /v1/threads/{id}`` shows it: ``[{runId, agent, position,
+    queuedAt}]``, next first (``queuedAt`` RFC 3339, UTC; null for an entry that does not
+    say). Who asked, and what, is not shown."""
+    shown: list[dict[str, Any]] = []
+    for position, (run_id, data) in enumerate(await hub.store.queued_entries(key), start=1):
+        try:
+            queued = Queued.decode(data)
+        except (ValueError, KeyError, TypeError):
+            continue  # not an entry of ours: nothing to show
+        at = None
+        if queued.at:
+            when = datetime.fromtimestamp(queued.at / 1000, UTC)
+            at = when.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"
+        shown.append({"runId": run_id, "agent": queued.agent, "position": position, "queuedAt": at})
+    return shown

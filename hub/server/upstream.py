@@ -56,7 +56,7 @@ from hub.server.interrupts import answerer as answerer  # the transports' import
 from hub.server.loaded import LoadedThread
 from hub.server.logs import about
 from hub.server.node import Change
-from hub.server.run_queue import RunQueue
+from hub.server.run_queue import AlreadyOpened, RunQueue
 from hub.wire import control
 
 log = logging.getLogger("agui_hub.upstream")
@@ -113,6 +113,7 @@ class Upstream:
         run_id: str | None = None,
         on_open: Callable[[Thread], None] | None = None,
         by: str | None = None,
+        queued: bool = False,
     ) -> dict[str, str]:
         """Open a run on the thread and start calling the agent: ``{threadId, runId}``. The
         run's id is ``run_id`` when the caller chose one (``HttpAgent`` does), else new.
@@ -147,6 +148,8 @@ class Upstream:
             answer = await interrupts.claim(self.hub.store, loaded.key, loaded.thread, resume, by)
 
         def open_run(thread: Thread) -> Outcome:
+            if queued and run_id in (thread.run_id, thread.last_run_id):
+                return Outcome(error=AlreadyOpened("that queued run opened already"))
             if thread.run is not None:
                 return Outcome(error=RunInProgress("the thread has a run open; one at a time"))
             if answer is not None and not answer.still_open(thread):
@@ -215,7 +218,7 @@ class Upstream:
     async def _start_queued(
         self, loaded: LoadedThread, command: control.Run, run_id: str, by: str | None
     ) -> dict[str, Any]:
-        return await self.start(loaded, command, run_id, by=by)
+        return await self.start(loaded, command, run_id, by=by, queued=True)
 
     async def _open(self, loaded: LoadedThread, run_id: str, policy: str, open_run: Change) -> None:
         """Lease the run and open it in the thread (``open_run``), or raise why it did not

@@ -377,12 +377,27 @@ class Store(ABC):
         """The ids of the thread's queued runs, next first."""
         return self._queue_table().ids(thread_id)
 
-    async def take_next_run(self, thread_id: str, ttl: float) -> tuple[str, bytes] | None:
-        """Hold the thread's next queued run for ``ttl`` seconds and answer it (id, entry), or
-        None if none is queued or another node holds it (it is opening it). Atomic: of nodes
-        taking at once, one gets it. The run stays queued until :meth:`dequeue_run`; a hold
-        that lapses (its node died) lets the next taker have the same run."""
-        return self._queue_table().take(thread_id, ttl, time.monotonic())
+    async def queued_entries(self, thread_id: str) -> list[tuple[str, bytes]]:
+        """The thread's queued runs, next first: (id, entry)."""
+        return self._queue_table().entries(thread_id)
+
+    async def queued_counts(self, thread_ids: Collection[str]) -> dict[str, int]:
+        """How many runs each thread has queued (0 for none), in one question."""
+        return {t: len(self._queue_table().ids(t)) for t in thread_ids}
+
+    async def take_next_run(
+        self, thread_id: str, ttl: float
+    ) -> tuple[str, bytes, int | None] | None:
+        """Hold the thread's next queued run for ``ttl`` seconds and answer it (id, entry,
+        since), or None if none is queued or another node holds it (it is opening it).
+        Atomic: of nodes taking at once, one gets it. The run stays queued until
+        :meth:`dequeue_run`; a hold that lapses (its node died) lets the next taker have the
+        same run. ``since`` is None on the run's first take; on a take after a hold on it
+        lapsed, the thread's last stored seq at its first take: the node that held it may
+        have opened it after that seq, and died before :meth:`dequeue_run`."""
+        head = await self.head(thread_id)
+        seq = 0 if head is None else head[0]
+        return self._queue_table().take(thread_id, ttl, time.monotonic(), seq)
 
     async def release_next_run(self, thread_id: str, run_id: str) -> None:
         """Free the hold on ``run_id``: it could not open now (another run opened first); it
@@ -398,6 +413,27 @@ class Store(ABC):
         queued and is out now, None if a node holds it (it is being opened), False if it is
         not queued."""
         return self._queue_table().cancel(thread_id, run_id, time.monotonic())
+
+    # A node watches the queues it waits on (its runs queued there), renewing the watch while
+    # they wait; a queue whose watch lapsed lost its node, and another node adopts it (it
+    # starts those runs in turn). Nothing lapses in a node-local store: its queues die with
+    # its process, so it keeps no watches.
+
+    async def watch_queues(self, thread_ids: Collection[str], ttl: float) -> None:  # noqa: B027
+        """This node waits on the queues of ``thread_ids``: keep their watch ``ttl`` seconds
+        more (never shortened by it: another node may watch longer)."""
+
+    async def lapsed_queues(self) -> list[str]:
+        """The threads whose queue's watch lapsed (their nodes died): one question."""
+        return []
+
+    async def adopt_queue(self, thread_id: str, ttl: float) -> bool:
+        """Take over the lapsed watch of the thread's queue for ``ttl`` seconds, atomically:
+        True for one node of those asking at once; False if it is not lapsed (any more)."""
+        return False
+
+    async def forget_queue(self, thread_id: str) -> None:  # noqa: B027
+        """Drop the thread's watch if it lapsed (its queue is empty: nothing to adopt)."""
 
     def _queue_table(self) -> RunQueues:
         if not hasattr(self, "_queues"):

@@ -272,8 +272,9 @@ return {record, redis.call('XRANGE', KEYS[2], ARGV[1], '+')}
 """
 
 
-# KEYS: record, log, meta, session, run, run-alive, queue, queued, queue-hold (every key of
-# the thread: one slot). Deletes them all: {how many existed, the run holding a lease or false}.
+# KEYS: record, log, meta, session, run, run-alive, queue, queued, queue-hold, queue-taken
+# (every key of the thread: one slot). Deletes them all: {how many existed, the run holding a
+# lease or false}.
 DELETE = """
 local run = redis.call('GET', KEYS[5])
 return {redis.call('DEL', unpack(KEYS)), run}
@@ -536,6 +537,9 @@ class RedisStore(Store):
         self._take_run = client.register_script(redis_queue.TAKE)
         self._release_queued = client.register_script(redis_queue.RELEASE)
         self._cancel_queued = client.register_script(redis_queue.CANCEL)
+        self._queued_entries = client.register_script(redis_queue.ENTRIES)
+        self._adopt_queue = client.register_script(redis_queue.ADOPT)
+        self._forget_queue = client.register_script(redis_queue.FORGET)
         #: Whether this process looked once for tenants written before TENANTS_KEY was kept.
         self._tenants_found = False
         #: Names this store's appends on the bus: its node skips them (see RedisBus).
@@ -684,9 +688,19 @@ class RedisStore(Store):
         _tag(thread_id)
         return await redis_queue.ids(self, thread_id)
 
-    async def take_next_run(self, thread_id: str, ttl: float) -> tuple[str, bytes] | None:
+    async def queued_entries(self, thread_id: str) -> list[tuple[str, bytes]]:
         _tag(thread_id)
-        return await redis_queue.take(self, thread_id, ttl)
+        return await redis_queue.entries(self, thread_id)
+
+    async def queued_counts(self, thread_ids: Collection[str]) -> dict[str, int]:
+        for thread_id in thread_ids:
+            _tag(thread_id)
+        return await redis_queue.counts(self, thread_ids)
+
+    async def take_next_run(
+        self, thread_id: str, ttl: float
+    ) -> tuple[str, bytes, int | None] | None:
+        return await redis_queue.take(self, thread_id, thread_keys(thread_id)[1], ttl)
 
     async def release_next_run(self, thread_id: str, run_id: str) -> None:
         _tag(thread_id)
@@ -699,6 +713,18 @@ class RedisStore(Store):
     async def cancel_queued_run(self, thread_id: str, run_id: str) -> bool | None:
         _tag(thread_id)
         return await redis_queue.cancel(self, thread_id, run_id)
+
+    async def watch_queues(self, thread_ids: Collection[str], ttl: float) -> None:
+        await redis_queue.watch(self, thread_ids, ttl)
+
+    async def lapsed_queues(self) -> list[str]:
+        return await redis_queue.lapsed(self)
+
+    async def adopt_queue(self, thread_id: str, ttl: float) -> bool:
+        return await redis_queue.adopt(self, thread_id, ttl)
+
+    async def forget_queue(self, thread_id: str) -> None:
+        await redis_queue.forget(self, thread_id)
 
     async def lapsed_runs(self) -> list[tuple[str, str]]:
         now = int(time.time() * 1000)
@@ -828,9 +854,10 @@ class RedisStore(Store):
     async def delete_thread(self, thread_id: str) -> bool:
         """The thread's keys in one script (one slot: atomic; an append after it finds no
         thread), then its tenant's index entries (another slot on a cluster), then its lease
-        in the store-wide lease set. On a cluster an append stored just before the delete may
-        still move the index after it: the entry then lists a thread whose record is gone, as
-        any append racing a delete could; deleting again removes it."""
+        in the store-wide lease set and its queue's watch. On a cluster an append stored just
+        before the delete may still move the index after it: the entry then lists a thread
+        whose record is gone, as any append racing a delete could; deleting again removes
+        it."""
         record_key, log_key, _ = thread_keys(thread_id)
         run_key, alive_key = lease_keys(thread_id)
         keys = [record_key, log_key, meta_key(thread_id), session_key(thread_id)]
@@ -840,6 +867,7 @@ class RedisStore(Store):
         indexed = await self._unindex(keys=index_keys(tenant), args=[local_id])
         if run is not None:
             await self.client.zrem(LEASES_KEY, _lease_member(thread_id, text_of(run)))
+        await self.client.zrem(redis_queue.WATCHES_KEY, thread_id)
         return bool(deleted) or bool(indexed)
 
     async def mark_present(self, thread_ids: Collection[str]) -> None:

@@ -6,6 +6,11 @@ opening it (:meth:`RunQueues.take`), which no other node may take until the hold
 (the run opened, or could not) or lapses (its node died meanwhile). So runs start in order
 even when several nodes see the thread free at once.
 
+A take also notes, for good, where the thread's log stood when the run was first taken (its
+last stored seq), until the run leaves the queue or its hold is freed: a node taking it again
+after a hold lapsed is told that seq, since the node that died holding it may have opened the
+run after it (hub.server.run_queue looks in the log: a run is never opened twice).
+
 A memory or SQLite store has one node: it keeps them in this process, as its run leases,
 since they only mean something while the node lives (a restart ends the open run too). Redis
 keeps them in Redis (:mod:`hub.store.redis_queue`), where every node sharing the store sees the
@@ -16,12 +21,13 @@ from __future__ import annotations
 
 
 class RunQueues:
-    """Per thread, the queued runs (run id -> entry, in the order they were queued) and the
-    hold on the next one: (run id, until)."""
+    """Per thread, the queued runs (run id -> entry, in the order they were queued), the hold
+    on the next one: (run id, until), and where the log stood when a run was first taken."""
 
     def __init__(self) -> None:
         self._queues: dict[str, dict[str, bytes]] = {}
         self._holds: dict[str, tuple[str, float]] = {}
+        self._taken: dict[str, tuple[str, int]] = {}
 
     def add(self, thread_id: str, run_id: str, entry: bytes, limit: int) -> int | None:
         """Queue ``run_id`` last unless ``limit`` runs are queued already: its place (1 is
@@ -39,22 +45,36 @@ class RunQueues:
         """The queued run ids, next first (a held one included: it is not open yet)."""
         return list(self._queues.get(thread_id, {}))
 
-    def take(self, thread_id: str, ttl: float, now: float) -> tuple[str, bytes] | None:
+    def entries(self, thread_id: str) -> list[tuple[str, bytes]]:
+        """The queued runs with their entries, next first."""
+        return list(self._queues.get(thread_id, {}).items())
+
+    def take(
+        self, thread_id: str, ttl: float, now: float, seq: int = 0
+    ) -> tuple[str, bytes, int | None] | None:
         """Hold the next run for ``ttl`` seconds and answer it, unless the queue is empty or a
         hold that has not lapsed is on it (another node is opening its next run): None. The
-        run stays queued, first, until :meth:`remove` (it opened) or :meth:`release`."""
+        run stays queued, first, until :meth:`remove` (it opened) or :meth:`release`. ``seq``
+        is the thread's last stored seq now; the answer's third item is None on a first
+        take, else that of the first take (a hold on it lapsed: it may have opened since)."""
         queue = self._queues.get(thread_id)
         held = self._holds.get(thread_id)
         if not queue or (held is not None and held[1] > now):
             return None
         run_id, entry = next(iter(queue.items()))
         self._holds[thread_id] = (run_id, now + ttl)
-        return run_id, entry
+        taken = self._taken.get(thread_id)
+        if taken is not None and taken[0] == run_id:
+            return run_id, entry, taken[1]
+        self._taken[thread_id] = (run_id, seq)
+        return run_id, entry, None
 
     def release(self, thread_id: str, run_id: str) -> None:
         """Free the hold of ``run_id`` (it could not open now: it stays next)."""
         if self._holds.get(thread_id, ("",))[0] == run_id:
             del self._holds[thread_id]
+        if self._taken.get(thread_id, ("",))[0] == run_id:
+            del self._taken[thread_id]
 
     def remove(self, thread_id: str, run_id: str) -> None:
         """Take ``run_id`` out of the queue (it opened, or never can), and free its hold."""
@@ -80,7 +100,8 @@ class RunQueues:
         """Forget the thread's queue (the thread was deleted)."""
         self._queues.pop(thread_id, None)
         self._holds.pop(thread_id, None)
+        self._taken.pop(thread_id, None)
 
     def threads(self) -> list[str]:
         """The threads with runs queued or held."""
-        return list(self._queues.keys() | self._holds.keys())
+        return list(self._queues.keys() | self._holds.keys() | self._taken.keys())

@@ -685,25 +685,65 @@ async def test_queued_runs_are_bounded_ordered_and_opened_one_at_a_time(opener: 
     assert await store.queued_runs("t") == ["r1", "r3"]
     # Three nodes take the next at once: one holds it, the others get nothing.
     taken = await asyncio.gather(*(s.take_next_run("t", 5) for s in (store, other, store)))
-    assert [t for t in taken if t is not None] == [("r1", b"e1")]
+    assert [t for t in taken if t is not None] == [("r1", b"e1", None)]
     assert await other.cancel_queued_run("t", "r1") is None  # being opened: not cancelled here
     assert await store.queued_runs("t") == ["r1", "r3"]  # queued until it opened
+    assert await other.queued_entries("t") == [("r1", b"e1"), ("r3", b"e3")]
+    assert await store.queued_counts(["t", "u", "none"]) == {"t": 2, "u": 1, "none": 0}
     # It could not open (another run opened first): released, it is next again.
     await other.release_next_run("t", "r1")
-    assert await store.take_next_run("t", 5) == ("r1", b"e1")
+    assert await store.take_next_run("t", 5) == ("r1", b"e1", None)
     await other.dequeue_run("t", "r1")  # it opened: out, and the hold is free
     assert await store.queued_runs("t") == ["r3"]
-    assert await other.take_next_run("t", 5) == ("r3", b"e3")
+    assert await other.take_next_run("t", 5) == ("r3", b"e3", None)
     await store.dequeue_run("t", "r3")
     assert await store.queued_runs("t") == []
-    # A hold whose node went away lapses: the next taker gets the same run.
+    # A hold whose node went away lapses: the next taker gets the same run, and where the
+    # thread's log stood when it was first taken (its node may have opened it after that).
+    await store.create_new("t", pack({"epoch": "e", "seq": 0}))
+    await store.append("t", [event(1), event(2)])
     assert await store.enqueue_run("t", "r5", b"e5", 1) == 1
-    assert await store.take_next_run("t", 0.2) == ("r5", b"e5")
+    assert await store.take_next_run("t", 0.2) == ("r5", b"e5", None)
+    await store.append("t", [run_event(3, "RUN_STARTED")])
     assert await other.take_next_run("t", 5) is None
     await asyncio.sleep(0.3)
-    assert await other.take_next_run("t", 5) == ("r5", b"e5")
+    assert await other.take_next_run("t", 5) == ("r5", b"e5", 2)
     await other.dequeue_run("t", "r5")
     assert await store.queued_runs("u") == ["r1"]
+    assert await store.queued_entries("none") == []
+
+
+async def test_a_queue_whose_nodes_stop_watching_it_is_adopted_by_one_node(
+    opener: Opener,
+) -> None:
+    """A node renews the watch of the queues it waits on; one whose watch lapsed (its nodes
+    died) is listed in one question and adopted by one node of those asking at once. A
+    node-local store's queues die with its node: it keeps no watches."""
+    store = await opener()
+    other = await opener() if store.shared else store
+    await store.watch_queues(["t", "u"], 0.2)
+    await other.watch_queues(["u"], 5)
+    await other.watch_queues(["u"], 0.1)  # never shortened: another node may watch longer
+    assert await store.lapsed_queues() == []
+    await asyncio.sleep(0.3)
+    if not store.shared:
+        assert await store.lapsed_queues() == []
+        assert not await store.adopt_queue("t", 5)
+        return
+    assert await other.lapsed_queues() == ["t"]
+    adopted = await asyncio.gather(*(s.adopt_queue("t", 5) for s in (store, other, store)))
+    assert sorted(adopted) == [False, False, True]
+    assert await store.lapsed_queues() == []
+    assert not await other.adopt_queue("u", 5)  # not lapsed
+    await store.watch_queues(["v"], 0.1)
+    await asyncio.sleep(0.2)
+    await store.forget_queue("t")  # not lapsed: kept
+    await other.forget_queue("v")
+    assert await store.lapsed_queues() == []
+    await store.watch_queues(["v"], 0.1)
+    await store.delete_thread("v")  # a deleted thread's watch goes with it
+    await asyncio.sleep(0.2)
+    assert await store.lapsed_queues() == []
 
 
 async def test_threads_idle_past_a_ttl_are_one_question_longest_idle_first(opener: Opener) -> None:

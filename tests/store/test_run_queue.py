@@ -17,16 +17,20 @@ def test_the_next_run_is_held_by_one_taker_until_it_opens_or_the_hold_lapses() -
     queues = RunQueues()
     queues.add("t", "a", b"A", 4)
     queues.add("t", "b", b"B", 4)
-    assert queues.take("t", ttl=5, now=0) == ("a", b"A")
-    assert queues.take("t", ttl=5, now=4.9) is None  # held: another node is opening it
+    assert queues.take("t", ttl=5, now=0, seq=7) == ("a", b"A", None)
+    assert queues.take("t", ttl=5, now=4.9, seq=8) is None  # held: another node opens it
     assert queues.cancel("t", "a", now=1) is None  # being opened: cancelled once open instead
-    assert queues.take("t", ttl=5, now=5.0) == ("a", b"A")  # the hold lapsed: same run
+    # The hold lapsed: the same run, and where the log stood at its first take (its node
+    # may have opened it after that seq).
+    assert queues.take("t", ttl=5, now=5.0, seq=9) == ("a", b"A", 7)
     queues.release("t", "zzz")  # another run's release frees nothing
     assert queues.take("t", ttl=5, now=6) is None
     queues.remove("t", "a")  # it opened
-    assert queues.ids("t") == ["b"]
-    assert queues.take("t", ttl=5, now=6) == ("b", b"B")
-    queues.release("t", "b")  # it could not open: next again, free
+    assert queues.ids("t") == ["b"] and queues.entries("t") == [("b", b"B")]
+    assert queues.take("t", ttl=5, now=6, seq=10) == ("b", b"B", None)
+    queues.release("t", "b")  # it could not open: next again, free, its first take forgotten
+    assert queues.take("t", ttl=5, now=6, seq=11) == ("b", b"B", None)
+    queues.release("t", "b")
     assert queues.cancel("t", "b", now=6) is True
     assert queues.cancel("t", "b", now=6) is False
     assert queues.ids("t") == [] and queues.threads() == []

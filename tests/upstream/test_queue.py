@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -344,3 +345,45 @@ async def test_three_callers_at_once_on_a_free_thread_on_two_nodes_run_one_after
         given = inputs_of(agent, run_id)["state"]
         assert given.get("runs", 0) == n, (run_id, given)
     assert n0.thread("q-free")["state"]["runs"] == 3
+
+
+async def test_the_thread_and_the_list_show_the_queue(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    """GET /v1/threads/{id} shows the runs waiting, next first ``{runId, agent, position,
+    queuedAt}`` (nothing of what was asked, nor who asked); GET /v1/threads how many. A
+    thread with none waiting has neither field."""
+    hub = start_hub(*agent_args(agent, tmp_path))
+    tab = await consumer(hub, "q-shown")
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        runs = "/v1/threads/q-shown/runs"
+        await http.post("/v1/threads/q-other/runs", json={"agent": "counter"})
+        held = (await http.post(runs, json={"agent": "hold"})).json()["runId"]
+        assert "queue" not in hub.thread("q-shown")
+        before = datetime.now(UTC)
+        ids = []
+        for agent_name in ("counter", "silent", "counter"):
+            body = {"agent": agent_name, "policy": "enqueue", "messages": [user("u", "secret")]}
+            ids.append((await http.post(runs, json=body)).json()["runId"])
+        after = datetime.now(UTC)
+        queue = hub.thread("q-shown")["queue"]
+        assert [(q["runId"], q["agent"], q["position"]) for q in queue] == [
+            (ids[0], "counter", 1),
+            (ids[1], "silent", 2),
+            (ids[2], "counter", 3),
+        ]
+        assert all(set(q) == {"runId", "agent", "position", "queuedAt"} for q in queue)
+        times = [datetime.fromisoformat(q["queuedAt"].replace("Z", "+00:00")) for q in queue]
+        assert times == sorted(times) and queue[0]["queuedAt"].endswith("Z")
+        assert before - timedelta(seconds=1) <= times[0] and times[-1] <= after
+        listed = {t["id"]: t for t in (await http.get("/v1/threads")).json()["threads"]}
+        assert listed["q-shown"]["queued"] == 3 and "queued" not in listed["q-other"]
+
+        assert (await http.delete(f"{runs}/{ids[1]}")).status_code == 200  # out of the middle
+        shown = [(q["runId"], q["position"]) for q in hub.thread("q-shown")["queue"]]
+        assert shown == [(ids[0], 1), (ids[2], 2)]
+        assert (await http.delete(f"{runs}/{held}")).status_code == 200
+        assert await end_of(tab, ids[2]) == "RUN_FINISHED"
+        assert "queue" not in hub.thread("q-shown")
+        listed = {t["id"]: t for t in (await http.get("/v1/threads")).json()["threads"]}
+        assert "queued" not in listed["q-shown"]

@@ -16,6 +16,7 @@ from websockets.http11 import Response
 
 from hub.auth import ADMIN, is_thread_id
 from hub.errors import HubError, MethodNotAllowed, PeerError
+from hub.server import run_queue
 from hub.server.guard import Guard
 from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
@@ -126,6 +127,7 @@ class ThreadView:
         try:
             loaded = await self.hub.load(admission.key)
             await self.hub.refresh(loaded)
+            queue = await run_queue.shown(self.hub, admission.key)
         except BaseException as exc:
             self.guard.abandon(admission)
             if isinstance(exc, HubError):
@@ -134,4 +136,6 @@ class ThreadView:
         self.guard.leave(admission)
         view = loaded.thread.view()
         view["epoch"] = control.wire_epoch(view["epoch"])  # null: nobody wrote it yet
+        if queue:  # runs of policy enqueue waiting their turn, next first
+            view["queue"] = queue
         return json_response(HTTPStatus.OK, view)

@@ -5,10 +5,12 @@ same for a shared store.
 - ``GET   /v1/threads?limit=&cursor=&agent=&archived=`` (scope ``read``): ``{"threads": [...],
   "next_cursor"}``, most recently changed first; each thread ``{id, name, agent, created,
   updated, seq, archived, metadata, run}`` (times in RFC 3339, UTC; ``run`` the open run,
-  ``{runId, started, agent}``, or null). ``limit`` 1 to 200 (50), ``cursor`` a page's
-  ``next_cursor``, ``archived`` ``true`` or ``false``, ``agent`` an agent's name. A page may
-  hold fewer threads than ``limit`` (a filter, a token limited to some threads) and still have
-  a ``next_cursor``; null means the list ends there. A thread nobody wrote is not listed.
+  ``{runId, started, agent}``, or null), and ``queued``, how many runs wait in its queue,
+  while any do.
+  ``limit`` 1 to 200 (50), ``cursor`` a page's ``next_cursor``, ``archived`` ``true`` or
+  ``false``, ``agent`` an agent's name. A page may hold fewer threads than ``limit`` (a
+  filter, a token limited to some threads) and still have a ``next_cursor``; null means the
+  list ends there. A thread nobody wrote is not listed.
 - ``PATCH /v1/threads/{id}`` (scope ``write``): ``application/json`` with any of ``name``
   (1 to 256 characters, or null), ``archived`` (a bool), ``metadata`` (a JSON object of at
   most 4096 bytes, or null): the thread as listed after. ``404 thread_not_found`` for a thread
@@ -49,7 +51,14 @@ from hub.server.guard import Admission, Guard
 from hub.server.http11 import HttpRequest
 from hub.server.hub import Hub
 from hub.server.transport.common import CONSUMER_PATH, error_response, json_response
-from hub.store.threads import DEFAULT_LIMIT, MAX_LIMIT, NAME_MAX, ThreadInfo, ThreadPage
+from hub.store.threads import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    NAME_MAX,
+    ThreadInfo,
+    ThreadPage,
+    tenant_prefix,
+)
 from hub.wire.codec import decode
 
 log = logging.getLogger("agui_hub.threads")
@@ -100,6 +109,15 @@ class ThreadsApi:
         except Exception as exc:
             self._failed(exc, "store failed listing the threads of tenant %s", principal.tenant)
         shown = [listed(i) for i in page.threads if self._may_read(principal, i.thread_id)]
+        # How many runs of policy enqueue wait on each (one question for the page).
+        keys = {t["id"]: tenant_prefix(principal.tenant) + t["id"] for t in shown}
+        try:
+            counts = await self.hub.store.queued_counts(list(keys.values()))
+        except Exception as exc:
+            self._failed(exc, "store failed counting the queued runs of %s", principal.tenant)
+        for thread in shown:
+            if counts.get(keys[thread["id"]]):
+                thread["queued"] = counts[keys[thread["id"]]]
         return json_response(HTTPStatus.OK, {"threads": shown, "next_cursor": page.cursor})
 
     def _may_read(self, principal: Principal, thread_id: str) -> bool:

@@ -53,11 +53,12 @@ CAUSES = (
 FORGETFUL_CAUSES = frozenset({"gap"})
 
 
-#: A :class:`ConsumerView` as a value: ``(epoch, seq, run_id, open, chunked)``. A plain tuple,
-#: not a NamedTuple: one is kept with every retained live frame, and the cycle collector
-#: untracks an exact tuple of strings and ints once it has seen it (never a subclass), so
-#: the kept ones cost the collections nothing.
-Held = tuple[str | None, int, str | None, tuple[str, ...], str | None]
+#: A :class:`ConsumerView` as a value: ``(epoch, seq, run_id, open, lanes)`` (``lanes``: the
+#: chunk lanes' ``(agent, item)`` pairs). A plain tuple, not a NamedTuple: one is kept with
+#: every retained live frame, and the cycle collector untracks an exact tuple of strings and
+#: ints (and such tuples) once it has seen it (never a subclass), so the kept ones cost the
+#: collections nothing.
+Held = tuple[str | None, int, str | None, tuple[str, ...], tuple[tuple[str | None, str], ...]]
 
 
 class ConsumerView(Streaming[None]):
@@ -85,27 +86,27 @@ class ConsumerView(Streaming[None]):
         if cause in FORGETFUL_CAUSES and not self.claimed:
             self.forget()
 
-    def key(self) -> tuple[str | None, tuple[str, ...]]:
+    def key(self) -> tuple[str | None, tuple[str, ...], tuple[tuple[str | None, str], ...]]:
         """Consumers with equal keys at one position need the same repair frames."""
-        return (self.run_id, tuple(self.open))
+        return (self.run_id, tuple(self.open), tuple(self.lanes.items()))
 
     def catch_up(self, thread: Thread) -> None:
         """The consumer now holds exactly the thread's current state."""
         self.epoch = thread.epoch
         self.seq = thread.seq
-        self.hold(thread.run_id, thread.open, thread.chunked)
+        self.hold(thread.run_id, thread.open, thread.lanes.items())
         self.claimed = False
 
     def snapshot(self) -> Held:
         """What this view holds, to hand to :meth:`take` (a value: later changes don't show)."""
-        return (self.epoch, self.seq, self.run_id, tuple(self.open), self.chunked)
+        return (self.epoch, self.seq, self.run_id, tuple(self.open), tuple(self.lanes.items()))
 
     def take(self, held: Held) -> None:
         """Hold what ``held`` says: a consumer that was sent exactly the frames a view holding
         it followed. So a consumer's view is derived when a repair needs it, from the last
         frame it was sent, instead of following every event written to it."""
-        self.epoch, self.seq, run_id, open_, chunked = held
-        self.hold(run_id, open_, chunked)
+        self.epoch, self.seq, run_id, open_, lanes = held
+        self.hold(run_id, open_, lanes)
         self.claimed = False
 
     def observe(self, event: Event) -> None:
@@ -129,10 +130,14 @@ def sync_frames(thread: Thread, view: ConsumerView, holding: bool = False) -> li
     # A thread nobody wrote yet has no epoch (""): null, as in its welcome (hub.wire.control).
     position = {"seq": thread.seq, "epoch": thread.epoch or None, "sync": True}
     same_run = view.run_id == thread.run_id
-    kept = {k for k in view.open if same_run and k in thread.open}
+    # Items chunks stream into are never kept: the repair's snapshots end every lane in the
+    # client (an end of one of them would be refused there, its lane ending it first), and
+    # each lane is re-opened after them, by a chunk.
+    laned = view.lane_items() | thread.streaming.lane_items()
+    kept = {k for k in view.open if same_run and k in thread.open and k not in laned}
     frames: list[Event] = []
     for key in reversed(view.open):
-        if key not in kept:
+        if key not in kept and key not in view.lanes.values():
             kind, item_id = key.split(":", 1)
             _, _, end, id_field = STREAMING[kind]
             frames.append({"type": end, id_field: item_id})
@@ -140,10 +145,14 @@ def sync_frames(thread: Thread, view: ConsumerView, holding: bool = False) -> li
         frames.append({"type": "RUN_FINISHED", "threadId": thread.thread_id, "runId": view.run_id})
     if thread.run is not None and not same_run:
         frames.append(thread.run)
-    reopen = [key for key in thread.open if key not in kept]
-    # The chunked item's message is never gone (a snapshot ends a chunk stream); were it, a
-    # chunk re-opening it ahead of the snapshots would be ended by them in the client.
-    gone = [k for k in reopen if k != thread.chunked and not _holds(thread, k)]
+    chunked = thread.streaming.lane_items()
+    # Started items first, then the lanes: a started item's frames close the lane of its
+    # agent in the client, which must not close a lane already re-opened.
+    reopen = [key for key in thread.open if key not in kept and key not in chunked]
+    reopen += [key for key in thread.lanes.values() if key not in kept]
+    # A lane's message is never gone (a snapshot ends every lane); were it, a chunk re-opening
+    # it ahead of the snapshots would be ended by them in the client.
+    gone = [k for k in reopen if k not in chunked and not _holds(thread, k)]
     frames.extend(_ghost(thread, key) for key in gone)
     frames.append({"type": "STATE_SNAPSHOT", "snapshot": thread.state})
     messages = _messages_without(thread, reopen)
@@ -155,8 +164,9 @@ def sync_frames(thread: Thread, view: ConsumerView, holding: bool = False) -> li
             continue
         start = thread.open[key]
         content = _content_so_far(thread, key)
-        if key == thread.chunked:
-            # Re-open a chunk stream as a chunk, so the live chunks that follow continue it.
+        if key in chunked:
+            # Re-open a lane as a chunk, in its agent's lane (the start's subagentRunId), so
+            # the live chunks that follow continue it.
             chunk = {k: v for k, v in start.items() if k not in ("type", "metadata")}
             chunk["type"] = CHUNK_OF[key.split(":", 1)[0]]
             if content:
@@ -167,7 +177,10 @@ def sync_frames(thread: Thread, view: ConsumerView, holding: bool = False) -> li
         if content:
             kind, item_id = key.split(":", 1)
             content_type, id_field = STREAMING[kind][1], STREAMING[kind][3]
-            frames.append({"type": content_type, id_field: item_id, "delta": content})
+            more: Event = {"type": content_type, id_field: item_id, "delta": content}
+            if start.get("subagentRunId") is not None:  # its own lane, as its start
+                more["subagentRunId"] = start["subagentRunId"]
+            frames.append(more)
     return [_at(frame, position) for frame in frames]
 
 

@@ -1,28 +1,35 @@
 """What is streaming in a thread: its open run, the items opened and not yet ended in it (text
-messages, tool calls, reasoning messages and phases, steps), and the one item that chunk events
-stream into.
+messages, tool calls, reasoning messages and phases, steps), and the items that chunk events
+stream into, one per agent (its *lane*).
 
 One implementation for everything that follows a thread's events:
 
 - the hub's :class:`~hub.core.thread.Thread`, the authoritative copy, checks each event first and
   then changes its :class:`Streaming` with :meth:`~Streaming.start`, :meth:`~Streaming.end`,
-  :meth:`~Streaming.chunk`, :meth:`~Streaming.unchunk` (its items' values are the events that
+  :meth:`~Streaming.open_lane`, :meth:`~Streaming.settle` (its items' values are the events that
   opened them, which a repair re-sends);
 - :class:`~hub.core.consumer.ConsumerView`, what the hub wrote to a consumer, follows the live
   events with :meth:`~Streaming.follow`, once per event on the fan-out path (keep it lean);
 - the Python client's mirror follows the live events the same way, and the hub's repair frames
   with :meth:`~Streaming.follow_repair`.
 
-The rules, as the hub's thread applies them:
+The rules, as the hub's thread applies them (as ``@ag-ui/client`` 1.0 turns chunks into events,
+``transformChunks``):
 
 - a start event opens its item (``text:ID``, ``tool:ID``, ``reasoning:ID``, ``phase:ID``,
   ``step:NAME``), its end event closes it;
 - ``TEXT_MESSAGE_CHUNK`` / ``REASONING_MESSAGE_CHUNK`` / ``TOOL_CALL_CHUNK`` stream into one
-  item, the *chunked* one: a chunk naming another item closes the chunked item and opens the one
-  it names (or re-opens it); a chunk without an id continues the chunked item (of its own kind:
-  a reasoning chunk without an id does not continue a text message);
-- any other event closes the chunked item: a chunk stream ends at the next event that is not a
-  chunk;
+  item per *lane*: a lane is the agent the chunks come from, named by their ``subagentRunId``
+  (none: the parent agent). A chunk naming an item a lane streams into continues it (its tag,
+  if any, must name that lane); a chunk naming another item closes its lane's item and opens
+  the one it names, in the lane its tag names. A chunk without an id continues its lane's item
+  of its own kind: the lane its tag names; untagged, the parent's, or else the only lane
+  streaming an item of its kind (with none it starts nothing; with several it is ambiguous);
+- an event that is not a chunk closes the lane of the agent it speaks for (its
+  ``subagentRunId``, none: the parent's): starts, contents, ends, tool results, state events,
+  ``CUSTOM``, steps, reasoning, and a subagent's own end (``SUBAGENT_FINISHED`` /
+  ``SUBAGENT_ERROR``, when it names one); ``RUN_*`` and ``MESSAGES_SNAPSHOT`` close every lane;
+  ``RAW``, ``ACTIVITY_*``, ``REASONING_ENCRYPTED_VALUE`` and ``SUBAGENT_STARTED`` close none;
 - the end of the run (``RUN_FINISHED``, ``RUN_ERROR``) closes everything.
 """
 
@@ -30,6 +37,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
+
+from ..errors import InvalidSequence
 
 Event = dict[str, Any]
 
@@ -59,20 +68,36 @@ CHUNKS = {
     "REASONING_MESSAGE_CHUNK": ("reasoning", "messageId"),
     "TOOL_CALL_CHUNK": ("tool", "toolCallId"),
 }
-#: Events that do not end a chunk stream (as ``@ag-ui/client`` turns chunks into events): the
-#: chunks themselves, and what does not speak for the agent the chunks come from.
-KEEP_CHUNKED = frozenset(
+#: Events that close every chunk lane (they speak for the whole run, or restate the messages).
+CLOSES_ALL_LANES = frozenset({"RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "MESSAGES_SNAPSHOT"})
+#: Events that close the chunk lane of the agent they speak for (their ``subagentRunId``; none:
+#: the parent's). The others (chunks, ``RAW``, ``ACTIVITY_*``, ``REASONING_ENCRYPTED_VALUE``,
+#: ``SUBAGENT_STARTED``) close none.
+CLOSES_OWN_LANE = frozenset(
     {
-        *CHUNKS,
-        "RAW",
-        "ACTIVITY_SNAPSHOT",
-        "ACTIVITY_DELTA",
-        "REASONING_ENCRYPTED_VALUE",
-        "SUBAGENT_STARTED",
-        "SUBAGENT_FINISHED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "STATE_SNAPSHOT",
+        "STATE_DELTA",
+        "CUSTOM",
+        "STEP_STARTED",
+        "STEP_FINISHED",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "SUBAGENT_FINISHED",  # only when it names a subagent
         "SUBAGENT_ERROR",
     }
 )
+_SUBAGENT_ENDS = frozenset({"SUBAGENT_FINISHED", "SUBAGENT_ERROR"})
+_CLOSES_LANES = CLOSES_ALL_LANES | CLOSES_OWN_LANE
 #: Kind of item -> the chunk event that streams into it.
 CHUNK_OF = {kind: chunk for chunk, (kind, _) in CHUNKS.items()}
 
@@ -95,20 +120,34 @@ _ACTIONS: dict[str, tuple[int, str, str]] = {
 }
 
 V = TypeVar("V")
+#: The agent a chunk lane belongs to: a ``subagentRunId``, or None for the parent agent.
+Owner = str | None
 
 
 class Streaming(Generic[V]):
-    """The open run and the open items, in the order they opened: ``key -> V``."""
+    """The open run and the open items, in the order they opened (``key -> V``), and the chunk
+    lanes (``owner -> key`` of the open item its chunks stream into), in the order they opened."""
 
-    __slots__ = ("chunked", "guessed", "open", "run_id")
+    __slots__ = ("lanes", "open", "run_id")
 
     def __init__(self) -> None:
         self.run_id: str | None = None
         self.open: dict[str, V] = {}
-        #: The item chunk events stream into (it is in ``open``), if any.
-        self.chunked: str | None = None
-        #: ``chunked`` was guessed from a repair's re-opened items (see :meth:`follow_repair`).
-        self.guessed = False
+        #: Chunk lanes: the agent (``subagentRunId``, None: the parent) -> the item its chunks
+        #: stream into (it is in ``open``), in the order the lanes opened.
+        self.lanes: dict[Owner, str] = {}
+
+    @property
+    def chunked(self) -> str | None:
+        """The item an untagged chunk without an id would stream into first: the parent's
+        lane, else the lane opened last (for a copy that knows one lane only)."""
+        if None in self.lanes:
+            return self.lanes[None]
+        return next(reversed(self.lanes.values()), None)
+
+    def lane_items(self) -> frozenset[str]:
+        """The items chunks stream into, of every lane."""
+        return frozenset(self.lanes.values())
 
     # -- the rules, for a copy that checks the events itself (the hub's thread) -----------------
 
@@ -119,8 +158,7 @@ class Streaming(Generic[V]):
         """The run ended: nothing is open any more."""
         self.run_id = None
         self.open.clear()
-        self.chunked = None
-        self.guessed = False
+        self.lanes.clear()
 
     forget = end_run
 
@@ -130,32 +168,80 @@ class Streaming(Generic[V]):
     def end(self, key: str) -> None:
         self.open.pop(key, None)
 
-    def chunk(self, key: str, value: V) -> None:
-        """A chunk names ``key``, which is not the chunked item (or not open): the chunked
-        item closes (a guessed one stays open, as it may have been opened by a start event),
-        and ``key`` opens as the chunked one."""
-        if self.chunked is not None and not self.guessed:
-            self.open.pop(self.chunked, None)
-        self.chunked = key
-        self.guessed = False
+    def chunk_target(
+        self, kind: str, item_id: str | None, tag: Owner, chunk_type: str = "chunk"
+    ) -> tuple[Owner, str, bool]:
+        """Where a chunk of ``kind`` naming ``item_id`` (None: it names none) and tagged
+        ``tag`` streams, as the official client resolves it: ``(lane, item key, opens)``,
+        ``opens`` saying it closes the lane's item and opens (or re-opens) its own. Raises
+        InvalidSequence where the client refuses the chunk: a tag other than the lane of the
+        item it names, a chunk without an id that starts nothing or that several lanes could
+        take."""
+        prefix = f"{kind}:"
+        if item_id is not None:
+            key = prefix + item_id
+            for owner, held in self.lanes.items():
+                if held == key:
+                    if tag is not None and tag != owner:
+                        raise InvalidSequence(
+                            f"{chunk_type} tagged {tag!r} names {item_id!r}, which the lane of "
+                            f"{_agent(owner)} streams into"
+                        )
+                    return owner, key, False
+            current = self.lanes.get(tag)
+            return tag, key, current != key
+        lane: Owner = tag
+        if tag is None:
+            parent = self.lanes.get(None)
+            if parent is None or not parent.startswith(prefix):
+                takers = [o for o, held in self.lanes.items() if held.startswith(prefix)]
+                if len(takers) > 1:
+                    raise InvalidSequence(
+                        f"{chunk_type} names no item and no subagentRunId, and {len(takers)} "
+                        "lanes stream one of its kind"
+                    )
+                lane = takers[0] if takers else None
+        current = self.lanes.get(lane)
+        if current is None or not current.startswith(prefix):
+            raise InvalidSequence(f"{chunk_type} without an id starts nothing")
+        return lane, current, False
+
+    def open_lane(self, owner: Owner, key: str, value: V) -> None:
+        """A chunk opened ``key`` in ``owner``'s lane: the lane's item closes, ``key`` opens."""
+        self.close_lane(owner)
+        self.lanes[owner] = key
         self.open[key] = value
 
-    def unchunk(self) -> None:
-        """An event that is not a chunk: the chunked item closes (a guessed one stays open, as
-        it may have been opened by a start event)."""
-        if self.chunked is not None and not self.guessed:
-            self.open.pop(self.chunked, None)
-        self.chunked = None
-        self.guessed = False
+    def close_lane(self, owner: Owner) -> None:
+        key = self.lanes.pop(owner, None)
+        if key is not None:
+            self.open.pop(key, None)
+
+    def settle(self, kind: str, event: Event) -> None:
+        """What an event that is not a chunk does to the lanes (call it before its own effect):
+        it closes the lane of the agent it speaks for, or every lane, or none."""
+        if not self.lanes or kind not in _CLOSES_LANES:
+            return
+        if kind in CLOSES_ALL_LANES:
+            for key in self.lanes.values():
+                self.open.pop(key, None)
+            self.lanes.clear()
+            return
+        tag = event.get("subagentRunId")
+        if tag is None and kind in _SUBAGENT_ENDS:
+            return  # a subagent's end naming none is not the parent's
+        self.close_lane(tag)
 
     def hold(
-        self: Streaming[None], run_id: str | None, open_keys: Iterable[str], chunked: str | None
+        self: Streaming[None],
+        run_id: str | None,
+        open_keys: Iterable[str],
+        lanes: Iterable[tuple[Owner, str]] | None,
     ) -> None:
         """Hold exactly this (a view taking what a consumer holds)."""
         self.run_id = run_id
         self.open = dict.fromkeys(open_keys)
-        self.chunked = chunked
-        self.guessed = False
+        self.lanes = dict(lanes or ())
 
     # -- following events the hub has checked already -------------------------------------------
 
@@ -164,18 +250,23 @@ class Streaming(Generic[V]):
         kind = event.get("type", "")
         spec = _ACTIONS.get(kind)
         if spec is None:  # content, state, messages...: the most frequent case, made short
-            if self.chunked is not None and kind not in KEEP_CHUNKED:
-                self.unchunk()
+            if self.lanes:
+                self.settle(kind, event)
             return
         action, prefix, field = spec
         if action == _CHUNK:
-            item_id = event.get(field)
-            if item_id and f"{prefix}{item_id}" != self.chunked:
-                self.chunk(f"{prefix}{item_id}", None)
-            self.guessed = False
+            item = CHUNKS[kind][0]
+            try:
+                owner, key, opens = self.chunk_target(
+                    item, event.get(field), event.get("subagentRunId")
+                )
+            except InvalidSequence:
+                return  # the hub accepted it, so this copy went wrong: nothing to follow
+            if opens:
+                self.open_lane(owner, key, None)
             return
-        if self.chunked is not None and kind not in KEEP_CHUNKED:
-            self.unchunk()
+        if self.lanes:
+            self.settle(kind, event)
         if action == _START:
             self.open[f"{prefix}{event.get(field)}"] = None
         elif action == _END:
@@ -185,42 +276,16 @@ class Streaming(Generic[V]):
         else:
             self.run_id = None
             self.open.clear()
+            self.lanes.clear()
 
     def follow_repair(self: Streaming[None], event: Event) -> None:
         """Follow one frame of a repair the hub sent (``metadata.hub.sync``): ends, the run's
-        end and start, then the re-opened items (start + content so far, or one chunk carrying
-        the content so far). Other frames of a repair do not close the chunked item.
+        end and start, snapshots, then the re-opened items (start + content so far, and one
+        chunk per lane carrying its content so far). The frames are a stream the official
+        client takes as it is, so they follow the live rules: the snapshots close every lane
+        the copy held, and each re-opening chunk opens its item in its lane."""
+        self.follow(event)
 
-        The hub's thread streams chunks into the item opened last, if chunks opened it. Which
-        re-opened item that is, the frames do not say: while the chunked item held before is
-        still open it stays; otherwise the last item re-opened by a start event is taken, as a
-        guess (a chunk the hub accepts for it continues it; one for an item opened by a start
-        event the hub rejects, so guessing wrong there costs nothing). A re-opening chunk says
-        it for sure.
-        """
-        spec = _ACTIONS.get(event.get("type", ""))
-        if spec is None:
-            return
-        action, prefix, field = spec
-        if action == _RUN_ENDED:
-            self.forget()
-        elif action == _RUN_STARTED:
-            self.run_id = event.get("runId")
-        elif action == _END:
-            key = f"{prefix}{event.get(field)}"
-            self.open.pop(key, None)
-            if key == self.chunked:
-                self.chunked = None
-        elif action == _START:
-            key = f"{prefix}{event.get(field)}"
-            self.open[key] = None
-            if self.chunked is None or self.guessed:
-                self.chunked = key
-                self.guessed = True
-        else:
-            key = f"{prefix}{event.get(field)}"
-            if self.chunked is not None and self.chunked != key and not self.guessed:
-                self.open.pop(self.chunked, None)
-            self.open[key] = None
-            self.chunked = key  # re-opened as a chunk: chunks continue it
-            self.guessed = False
+
+def _agent(owner: Owner) -> str:
+    return "the parent agent" if owner is None else f"subagent {owner!r}"

@@ -24,9 +24,9 @@ from .streaming import (
     BY_END,
     BY_START,
     CHUNKS,
-    KEEP_CHUNKED,
     STREAMING,
     Event,
+    Owner,
     Streaming,
     item_key,
 )
@@ -35,6 +35,10 @@ from .subtree import Filtered, StatePath, plan_delta
 __all__ = ["BY_END", "BY_START", "STREAMING", "Event", "Outcome", "Thread", "item_key"]
 
 DEFAULT_RETENTION = 10_000
+#: Kind of item -> its end event.
+BY_END_TYPE = {kind: spec[2] for kind, spec in STREAMING.items()}
+#: What a chunk continuing an item may repeat of what opened it, unchanged (kind -> fields).
+_AGREED = {"text": ("role", "name"), "reasoning": (), "tool": ("toolCallName", "parentMessageId")}
 RECORD_VERSION = 1
 #: The CUSTOM event the hub publishes when a tab's answer to open interrupts won (see
 #: :meth:`Thread.resolve_interrupts`).
@@ -85,7 +89,8 @@ class Thread:
         #: ``RunAgentInput.resume``): the interrupts as the agent sent them.
         self.interrupts: list[Any] = []
         #: The open run's id and its streaming items still open, in the order they opened
-        #: (key -> the event that opened it), and the one chunk events stream into.
+        #: (key -> the event that opened it), and the chunk lanes (one per agent: the item its
+        #: chunk events stream into).
         self.streaming: Streaming[Event] = Streaming()
         self.log: deque[Event] = deque(maxlen=max(1, retention))
         self._warnings: list[str] = []
@@ -108,8 +113,14 @@ class Thread:
         return self.streaming.open
 
     @property
+    def lanes(self) -> dict[Owner, str]:
+        """The chunk lanes: the agent (``subagentRunId``, None: the parent) -> the open item
+        its chunk events stream into, in the order the lanes opened. Read-only."""
+        return self.streaming.lanes
+
+    @property
     def chunked(self) -> str | None:
-        """The item opened by chunk events that the next non-chunk event closes, if any."""
+        """The parent's chunk lane's item, else the lane opened last, if any."""
         return self.streaming.chunked
 
     @property
@@ -239,15 +250,34 @@ class Thread:
         handler = getattr(self, f"_on_{kind.lower()}", None)
         if handler is None and kind in BY_END:
             handler = self._end
-        result: Event = handler(event) if handler is not None else event
-        if self.streaming.chunked is not None and kind not in KEEP_CHUNKED:
-            self.streaming.unchunk()
-        return result
+        streaming = self.streaming
+        if not streaming.lanes or kind in CHUNKS:
+            return handler(event) if handler is not None else event
+        # The lanes it closes close first (the official client ends their items ahead of it),
+        # and open again if it is refused: atomic.
+        held = (dict(streaming.open), dict(streaming.lanes))
+        streaming.settle(kind, event)
+        try:
+            return handler(event) if handler is not None else event
+        except BaseException:
+            streaming.open, streaming.lanes = held
+            raise
 
-    def _require_open(self, kind: str, item_id: str) -> str:
+    def _require_open(self, kind: str, item_id: str, event: Event | None = None) -> str:
+        """The item an event continues or ends: open, and not streamed into by a lane other
+        than the event's own (the client refuses a tag other than its opener's; and an end
+        leaves a lane streaming into a closed item, which the client refuses at the lane's
+        next end)."""
         key = item_key(kind, item_id)
         if key not in self.streaming.open:
             raise InvalidSequence(f"no open {kind} {item_id!r}")
+        if event is not None and self.streaming.lanes:
+            for owner, held in self.streaming.lanes.items():
+                if held != key:
+                    continue
+                tag = event.get("subagentRunId")
+                if (tag is not None and tag != owner) or event["type"] == BY_END_TYPE[kind]:
+                    raise InvalidSequence(f"{event['type']} for {item_id!r}, which chunks stream")
         return key
 
     def _require_closed(self, kind: str, item_id: str) -> str:
@@ -274,7 +304,7 @@ class Thread:
     def _on_run_finished(self, event: Event) -> Event:
         if self.run is None or event.get("runId") != self.run_id:
             raise InvalidSequence("RUN_FINISHED does not match the open run")
-        still_open = [k for k in self.open if k != self.streaming.chunked]
+        still_open = list(self.open)  # its lanes closed already
         if still_open:
             raise InvalidSequence(f"RUN_FINISHED while {still_open[0]} is still open")
         self._end_run()
@@ -381,7 +411,7 @@ class Thread:
 
     def _message_content(self, event: Event) -> Event:
         """TEXT_MESSAGE_CONTENT and REASONING_MESSAGE_CONTENT."""
-        self._require_open(BY_CONTENT[event["type"]], event["messageId"])
+        self._require_open(BY_CONTENT[event["type"]], event["messageId"], event)
         fold(self.messages, event)
         return event
 
@@ -391,29 +421,39 @@ class Thread:
     def _end(self, event: Event) -> Event:
         """Every *_END / *_FINISHED of a streaming item: it must be open; it closes."""
         kind = BY_END[event["type"]]
-        self.streaming.end(self._require_open(kind, event[STREAMING[kind][3]]))
+        self.streaming.end(self._require_open(kind, event[STREAMING[kind][3]], event))
         fold(self.messages, event)
         return event
 
     def _message_chunk(self, event: Event) -> Event:
-        """TEXT_MESSAGE_CHUNK and REASONING_MESSAGE_CHUNK, folded as the official client folds
-        them (it turns chunks into start, content and end events): a chunk naming a message
-        that is not the chunked one closes the chunked item and opens its message (a held id
-        is continued, as a start continues it); its delta is appended; a chunk without a
-        messageId continues the chunked message of its own kind."""
-        kind = CHUNKS[event["type"]][0]
-        prefix = f"{kind}:"
-        current = self.streaming.chunked
-        message_id = event.get("messageId")
-        key = item_key(kind, message_id) if message_id else current
-        if key is None or not key.startswith(prefix):
-            raise InvalidSequence(f"{event['type']} without a messageId starts nothing")
-        opens = key != current or key not in self.streaming.open
-        if key != current:  # check before changing anything: atomic
-            self._require_closed(kind, key[len(prefix) :])
-        start = fold(self.messages, event, (key[len(prefix) :], opens))
+        """TEXT_MESSAGE_CHUNK, REASONING_MESSAGE_CHUNK and TOOL_CALL_CHUNK, folded as the
+        official client folds them (it turns chunks into start, content and end events, one
+        stream per lane: see :mod:`hub.core.streaming`). A chunk naming an item a lane streams
+        into continues it; one naming another item closes its lane's item and opens its own (a
+        held id is continued, as a start continues it); its delta is appended. A chunk that
+        continues must repeat what opened its item unchanged, if it repeats it (role, name;
+        toolCallName, parentMessageId); one that opens a tool call needs its toolCallName."""
+        kind, field = CHUNKS[event["type"]]
+        item_id = event.get(field)
+        owner, key, opens = self.streaming.chunk_target(
+            kind, item_id, event.get("subagentRunId"), event["type"]
+        )
+        item_id = key[len(kind) + 1 :]
+        if opens:  # check before changing anything: atomic
+            if kind == "tool" and event.get("toolCallName") is None:
+                raise InvalidSequence("the first TOOL_CALL_CHUNK of a call needs toolCallName")
+            self._require_closed(kind, item_id)
+        else:
+            opener = self.streaming.open[key]
+            for name in _AGREED[kind]:
+                given = event.get(name)
+                if given is not None and given != opener.get(name):
+                    raise InvalidSequence(
+                        f"{event['type']} for {item_id!r} changes the {name} its stream opened with"
+                    )
+        start = fold(self.messages, event, (item_id, opens))
         if start is not None:
-            self.streaming.chunk(key, start)
+            self.streaming.open_lane(owner, key, start)
         return event
 
     _on_text_message_chunk = _message_chunk
@@ -426,26 +466,11 @@ class Thread:
         return event
 
     def _on_tool_call_args(self, event: Event) -> Event:
-        self._require_open("tool", event["toolCallId"])
+        self._require_open("tool", event["toolCallId"], event)
         fold(self.messages, event)
         return event
 
-    def _on_tool_call_chunk(self, event: Event) -> Event:
-        current = self.streaming.chunked
-        call_id = event.get("toolCallId")
-        key = item_key("tool", call_id) if call_id else current
-        if key is None or not key.startswith("tool:"):
-            raise InvalidSequence("TOOL_CALL_CHUNK without a toolCallId starts nothing")
-        opens = key != current or key not in self.streaming.open
-        if opens:
-            if not event.get("toolCallName"):
-                raise InvalidSequence("the first TOOL_CALL_CHUNK of a call needs toolCallName")
-            if key != current:
-                self._require_closed("tool", key[5:])
-        start = fold(self.messages, event, (key[5:], opens))
-        if start is not None:
-            self.streaming.chunk(key, start)
-        return event
+    _on_tool_call_chunk = _message_chunk
 
     def _on_tool_call_result(self, event: Event) -> Event:
         fold(self.messages, event)
@@ -477,7 +502,9 @@ class Thread:
             "lastRun": self.last_run_id,
             "interrupts": self.interrupts,
             "open": list(self.open.items()),
-            "chunked": [] if self.chunked is None else [self.chunked],
+            # the lanes' items, in the order the lanes opened (a lane's agent is its item's
+            # opener's subagentRunId)
+            "chunked": list(self.lanes.values()),
         }
 
     @classmethod
@@ -500,7 +527,11 @@ class Thread:
         streaming = thread.streaming
         streaming.start_run(None if thread.run is None else str(thread.run["runId"]))
         streaming.open = {key: start for key, start in record["open"]}
-        streaming.chunked = record["chunked"][-1] if record["chunked"] else None
+        streaming.lanes = {
+            streaming.open[key].get("subagentRunId"): key
+            for key in record["chunked"]
+            if key in streaming.open
+        }
         for event in log:
             if event["metadata"]["hub"]["seq"] > thread.seq:
                 thread.replay(event)

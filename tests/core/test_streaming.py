@@ -6,12 +6,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hub.core.consumer import ConsumerView
 from hub.core.streaming import Streaming
 from hub.core.thread import Thread
+from hub.errors import InvalidSequence
 
 Event = dict[str, Any]
 
@@ -78,29 +80,56 @@ def test_the_end_of_the_run_closes_everything() -> None:
     assert (streaming.run_id, streaming.open, streaming.chunked) == (None, {}, None)
 
 
-def test_a_repair_guesses_the_chunked_item_and_a_guess_is_not_closed_by_other_frames() -> None:
-    streaming = followed(run_started())
-    streaming.follow_repair({"type": "TEXT_MESSAGE_START", "messageId": "a"})
-    streaming.follow_repair({"type": "TEXT_MESSAGE_START", "messageId": "b"})
-    assert (streaming.chunked, streaming.guessed) == ("text:b", True)
-    streaming.follow({"type": "TEXT_MESSAGE_CONTENT", "messageId": "b", "delta": "x"})
-    # b may have been opened by its start event: it stays open, only the guess goes.
-    assert (list(streaming.open), streaming.chunked) == (["text:a", "text:b"], None)
+def test_each_agent_chunks_in_its_own_lane() -> None:
+    streaming = followed(
+        run_started(),
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m"},
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "s", "subagentRunId": "s1"},
+        {"type": "TOOL_CALL_CHUNK", "toolCallId": "c", "toolCallName": "f", "subagentRunId": "s2"},
+    )
+    assert streaming.lanes == {None: "text:m", "s1": "text:s", "s2": "tool:c"}
+    # untagged and id-less: the parent's lane; tagged: its own
+    assert streaming.chunk_target("text", None, None) == (None, "text:m", False)
+    assert streaming.chunk_target("text", None, "s1") == ("s1", "text:s", False)
+    # an id a lane streams into continues that lane, whoever sends it
+    assert streaming.chunk_target("text", "s", None) == ("s1", "text:s", False)
+    # untagged, with no lane of the parent's of its kind: the only lane of its kind
+    assert streaming.chunk_target("tool", None, None) == ("s2", "tool:c", False)
+    # an event speaking for one agent ends its lane only
+    streaming.follow({"type": "STATE_DELTA", "delta": []})
+    streaming.follow({"type": "SUBAGENT_FINISHED", "subagentRunId": "s2"})
+    assert streaming.lanes == {"s1": "text:s"} and list(streaming.open) == ["text:s"]
+    streaming.follow({"type": "MESSAGES_SNAPSHOT", "messages": []})
+    assert (streaming.lanes, streaming.open) == ({}, {})
 
 
-def test_a_repair_that_reopens_a_chunk_says_which_item_chunks_continue() -> None:
-    streaming = followed(run_started())
-    streaming.follow_repair({"type": "TEXT_MESSAGE_START", "messageId": "a"})
-    streaming.follow_repair({"type": "TEXT_MESSAGE_CHUNK", "messageId": "b", "delta": "so far"})
-    assert (streaming.chunked, streaming.guessed) == ("text:b", False)
-    streaming.follow({"type": "TEXT_MESSAGE_END", "messageId": "a"})
-    assert (list(streaming.open), streaming.chunked) == ([], None)
+@pytest.mark.parametrize(
+    ("kind", "item", "tag", "why"),
+    [
+        ("text", "s", "s2", "names 's'"),  # another lane's item, by another tag
+        ("text", None, "s3", "starts nothing"),  # a tag with no lane of its kind
+        ("reasoning", None, None, "starts nothing"),
+    ],
+)
+def test_a_chunk_the_official_client_refuses_is_refused(
+    kind: str, item: str | None, tag: str | None, why: str
+) -> None:
+    streaming = followed(
+        run_started(),
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "s", "subagentRunId": "s1"},
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "o", "subagentRunId": "s2"},
+    )
+    with pytest.raises(InvalidSequence, match=why):
+        streaming.chunk_target(kind, item, tag)
+    with pytest.raises(InvalidSequence, match="lanes stream one"):  # which of the two?
+        streaming.chunk_target("text", None, None)
 
 
 # The thread checks and applies the rules; a view follows the events the thread accepted. Over
 # any sequence of events, the two hold the same run, items (in order) and chunked item.
 
-IDS = st.sampled_from(["a", "b"])
+IDS = st.sampled_from(["a", "b", "c"])
+TAGS = st.sampled_from(["s1", "s2"])
 EVENTS = st.one_of(
     st.builds(lambda r: run_started(r), st.sampled_from(["r1", "r2"])),
     st.builds(lambda r: {"type": "RUN_FINISHED", "threadId": "t", "runId": r}, st.just("r1")),
@@ -120,11 +149,20 @@ EVENTS = st.one_of(
     st.builds(lambda i: {"type": "STEP_STARTED", "stepName": i}, IDS),
     st.builds(lambda i: {"type": "STEP_FINISHED", "stepName": i}, IDS),
     st.just({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/n", "value": 1}]}),
+    st.builds(lambda s: {"type": "SUBAGENT_STARTED", "subagentRunId": s}, TAGS),
+    st.builds(lambda s: {"type": "SUBAGENT_FINISHED", "subagentRunId": s}, TAGS),
+    st.just({"type": "RAW", "event": {}}),
+    st.just({"type": "MESSAGES_SNAPSHOT", "messages": []}),
+)
+#: The same, some tagged with a subagent (an agent's own chunk lane).
+TAGGED = st.one_of(
+    EVENTS,
+    st.builds(lambda e, s: e | {"subagentRunId": s}, EVENTS, TAGS),
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(EVENTS, max_size=30))
+@settings(max_examples=500, deadline=None)
+@given(st.lists(TAGGED, max_size=40))
 def test_the_thread_and_a_view_following_it_hold_the_same_streaming_items(
     events: list[Event],
 ) -> None:
@@ -133,14 +171,14 @@ def test_the_thread_and_a_view_following_it_hold_the_same_streaming_items(
     for event in events:
         for accepted in thread.publish(copy.deepcopy(event)).events:
             view.observe(accepted)
-        assert (view.run_id, list(view.open), view.chunked) == (
+        assert (view.run_id, list(view.open), view.lanes) == (
             thread.run_id,
             list(thread.open),
-            thread.chunked,
+            thread.lanes,
         )
         rebuilt = Thread.from_record(copy.deepcopy(thread.to_record()))
-        assert (rebuilt.run_id, list(rebuilt.open), rebuilt.chunked) == (
+        assert (rebuilt.run_id, list(rebuilt.open), rebuilt.lanes) == (
             thread.run_id,
             list(thread.open),
-            thread.chunked,
+            thread.lanes,
         )

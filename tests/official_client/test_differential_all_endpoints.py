@@ -19,15 +19,16 @@ held activity and onto a held message of another role, and with content that is 
 (the client's schema refuses it, failing the run: the hub refuses it, ``invalid_event``);
 REASONING_ENCRYPTED_VALUE on messages, activities, tool calls and ids nobody holds; a
 MESSAGES_SNAPSHOT giving one tool call to two messages (the first holds it, as the client
-searches in order); a subagent's chunk stream (``subagentRunId`` on its chunks, continued by
-tagged chunks) while the parent has none open.
+searches in order); chunk streams of several subagents interleaved with the parent's, one
+lane per agent (``subagentRunId`` on a lane's first chunk; continued by chunks naming the item,
+tagged or not, by id-less chunks tagged with the lane's agent, and by id-less untagged ones
+where only one lane could take them), ended by what speaks for their agent (a tagged start or
+``CUSTOM``, the subagent's end) and not by what speaks for another; and chunks the client refuses
+(an id-less one tagged with a subagent that has no lane of its kind): the hub refuses them
+(``invalid_sequence``), so they count among the refused events nobody sees.
 
 What the generator leaves out, and why:
 
-- a subagent's chunk stream beside an open chunk stream of the parent's, and chunks without
-  an id and a ``subagentRunId`` while more than one lane could take them: the client keeps one
-  chunk lane per subagent, the hub one chunked item per thread (per-lane chunk tracking in
-  hub/core/thread.py and streaming.py would be needed: left out until the thread has it);
 - events between runs: AG-UI 1.0's verifyEvents allows none but RUN_STARTED (and a RUN_ERROR
   right after RUN_FINISHED, which connect's history run does not carry).
 """
@@ -48,6 +49,8 @@ from server.test_connect import Connect
 from server.test_official_client import agui_only, without_positions
 from support import Client, HubProcess, SseReader, is_custom, seq_of
 
+from hub.core.streaming import CLOSES_ALL_LANES, CLOSES_OWN_LANE
+
 if under_ci() and not harness.node_available():  # .ci/run installs node
     raise RuntimeError("node is not installed, and CI must run the official-client tests")
 pytestmark = pytest.mark.skipif(
@@ -67,8 +70,11 @@ class Generator:
     from the start; ``failing`` holds the indices of the deltas that do not apply (the hub
     refuses them, and nobody sees them)."""
 
-    def __init__(self, rng: random.Random, thread: str) -> None:
+    def __init__(self, rng: random.Random, thread: str, *, lanes: bool = False) -> None:
         self.rng, self.thread = rng, thread
+        #: chunk lanes of subagents beside the parent's (else one lane at a time, for a copy that
+        #: keeps one: the Python client's Mirror, until it follows lanes)
+        self.subagent_lanes = lanes
         self.events: list[Event] = []
         self.failing: set[int] = set()
         self.n = 0
@@ -78,19 +84,34 @@ class Generator:
         self.activities: list[str] = []
         self.calls: list[str] = []
         self.open: dict[str, str] = {}  # key -> kind, in the order they opened
-        self.chunk: str | None = None  # the key a chunk stream streams into
+        #: the chunk lanes: agent (a subagentRunId, None: the parent) -> the key it streams into
+        self.lanes: dict[str | None, str] = {}
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
         return f"{prefix}{self.n}"
 
-    def add(self, event: Event, *, closes_chunk: bool = True) -> None:
-        if closes_chunk and self.chunk is not None:
-            self.open.pop(self.chunk, None)
-            self.chunk = None
+    def add(self, event: Event) -> None:
+        kind = event["type"]
+        if kind in CLOSES_ALL_LANES:
+            for owner in list(self.lanes):
+                self.close_lane(owner)
+        elif kind in CLOSES_OWN_LANE:
+            tag = event.get("subagentRunId")
+            if tag is not None or not kind.startswith("SUBAGENT_"):
+                self.close_lane(tag)
         if self.rng.random() < 0.15 and event["type"] not in ("RUN_STARTED", "RUN_FINISHED"):
             event["metadata"] = {"k": self.rng.randint(0, 3), event["type"][:4]: True}
         self.events.append(event)
+
+    def close_lane(self, owner: str | None) -> None:
+        key = self.lanes.pop(owner, None)
+        if key is not None:
+            self.open.pop(key, None)
+
+    @property
+    def subagents(self) -> list[str]:
+        return [k.split(":", 1)[1] for k in self.open if k.startswith("subagent:")]
 
     def run(self, index: int) -> None:
         rng = self.rng
@@ -112,10 +133,11 @@ class Generator:
         self.add(started)
         if index == 1:
             self.add({"type": "STATE_SNAPSHOT", "snapshot": {"items": []}})
-        for _ in range(rng.randint(4, 16)):
+        for _ in range(rng.randint(6, 18)):
             rng.choice(self.actions)()
-        for key in [k for k in reversed(self.open) if k != self.chunk]:
-            self.end(key)
+        for key in [k for k in reversed(self.open) if k not in self.lanes.values()]:
+            if key in self.open:
+                self.end(key)
         if rng.random() < 0.15:
             self.add({"type": "RUN_ERROR", "message": "failed", "code": "E"})
         else:
@@ -126,7 +148,7 @@ class Generator:
                 finished |= {"outcome": outcome, "usage": usage}
             self.add(finished)
         self.open.clear()
-        self.chunk = None
+        self.lanes.clear()
 
     def end(self, key: str) -> None:
         kind, item = key.split(":", 1)
@@ -160,6 +182,9 @@ class Generator:
             self.open_reasoning,
             self.open_step,
             self.open_subagent,
+            self.open_subagent,
+            self.chunked,
+            self.chunked,
             self.chunked,
             self.chunked,
             self.state_event,
@@ -206,24 +231,13 @@ class Generator:
 
     def open_subagent(self) -> None:
         rng = self.rng
-        parent_chunks = self.chunk is not None
         sid = self.fresh("s")
         self.add({"type": "SUBAGENT_STARTED", "subagentRunId": sid, "name": "helper"})
         self.open[f"subagent:{sid}"] = "subagent"
         roll = rng.random()
-        if not parent_chunks and roll < 0.35:  # its own chunk stream, continued by its tag
-            kind = rng.choice(["text", "reasoning"])
-            mid = self.fresh("m" if kind == "text" else "rm")
-            chunk_type = "TEXT_MESSAGE_CHUNK" if kind == "text" else "REASONING_MESSAGE_CHUNK"
-            self.add({"type": chunk_type, "messageId": mid, "subagentRunId": sid, "delta": "s "})
-            for _ in range(rng.randint(0, 2)):
-                more: Event = {"type": chunk_type, "subagentRunId": sid, "delta": "t "}
-                if rng.random() < 0.5:
-                    more["messageId"] = mid
-                self.add(more, closes_chunk=False)
-            self.messages.append(mid)
-            return
-        if self.chunk is None and roll < 0.7:  # tagged: only with no chunk stream
+        if roll < 0.4:  # its own chunk lane, beside whatever else streams
+            self.chunked(sid)
+        elif roll < 0.7:  # a tagged message: it ends the subagent's lane, if it had one
             mid = self.fresh("m")
             self.add({"type": "TEXT_MESSAGE_START", "messageId": mid, "subagentRunId": sid})
             self.add({"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": "sub "})
@@ -236,10 +250,8 @@ class Generator:
             return self.open_text()
         key = self.rng.choice(streams)
         kind, item = key.split(":", 1)
-        if key == self.chunk:
-            chunk_type = {"text": "TEXT_MESSAGE_CHUNK", "reasoning": "REASONING_MESSAGE_CHUNK"}
-            chunk: Event = {"type": chunk_type.get(kind, "TOOL_CALL_CHUNK"), "delta": "more "}
-            self.add(chunk, closes_chunk=False)
+        if key in self.lanes.values():
+            self.continue_lane(key)
             return None
         content_type = {"text": "TEXT_MESSAGE_CONTENT", "reasoning": "REASONING_MESSAGE_CONTENT"}
         field = "toolCallId" if kind == "tool" else "messageId"
@@ -247,16 +259,53 @@ class Generator:
         self.add({"type": content_type.get(kind, "TOOL_CALL_ARGS"), field: item, "delta": delta})
         return None
 
+    def continue_lane(self, key: str) -> None:
+        """A chunk continuing a lane's item, in one of the ways the client takes it."""
+        rng = self.rng
+        owner = next(o for o, k in self.lanes.items() if k == key)
+        kind, item = key.split(":", 1)
+        chunk_type = {"text": "TEXT_MESSAGE_CHUNK", "reasoning": "REASONING_MESSAGE_CHUNK"}
+        chunk: Event = {"type": chunk_type.get(kind, "TOOL_CALL_CHUNK"), "delta": "more "}
+        if kind == "tool":
+            chunk["delta"] = " "
+        same_kind = [o for o, k in self.lanes.items() if k.startswith(f"{kind}:")]
+        parents = self.lanes.get(None, "").startswith(f"{kind}:")
+        roll = rng.random()
+        if roll < 0.3:  # by its id, tagged with its agent or not
+            chunk["toolCallId" if kind == "tool" else "messageId"] = item
+            if owner is not None and rng.random() < 0.5:
+                chunk["subagentRunId"] = owner
+        elif owner is not None and (roll < 0.7 or parents or len(same_kind) > 1):
+            chunk["subagentRunId"] = owner  # id-less, its agent's lane
+        # else id-less and untagged: the parent's lane, or the only lane of its kind
+        self.add(chunk)
+
     def end_one(self) -> None:
-        keys = [k for k in self.open if k != self.chunk]
+        keys = [k for k in self.open if k not in self.lanes.values()]
         if keys:
             self.end(self.rng.choice(keys))
 
-    def chunked(self) -> None:
+    def chunked(self, owner: str | None = None) -> None:
+        """A chunk lane: ``owner``'s (a subagent), else the parent's or an open subagent's. It
+        continues the lane's item of its kind, or opens a new one (ending the lane's item);
+        now and then a chunk the client refuses (an id-less one, tagged, with no lane of its
+        kind to continue)."""
         rng = self.rng
+        if not self.subagent_lanes:  # one lane at a time: the open one's, if any
+            if self.lanes and owner not in self.lanes:
+                owner = next(iter(self.lanes))
+        elif owner is None and self.subagents and rng.random() < 0.6:
+            owner = rng.choice(self.subagents)
         kind = rng.choice(["text", "text", "reasoning", "tool"])
-        if self.chunk is not None and self.chunk.startswith(f"{kind}:") and rng.random() < 0.5:
-            self.content()  # continue the open chunk stream
+        current = self.lanes.get(owner)
+        if current is not None and current.startswith(f"{kind}:") and rng.random() < 0.5:
+            self.continue_lane(current)
+            return
+        if owner is not None and rng.random() < 0.1 and not (current or "").startswith(f"{kind}:"):
+            self.failing.add(len(self.events))  # nothing of its kind to continue: refused
+            chunk_type = {"text": "TEXT_MESSAGE_CHUNK", "reasoning": "REASONING_MESSAGE_CHUNK"}
+            refused: Event = {"type": chunk_type.get(kind, "TOOL_CALL_CHUNK"), "delta": "x"}
+            self.events.append(refused | {"subagentRunId": owner})
             return
         if kind == "tool":
             cid = self.fresh("c")
@@ -271,11 +320,12 @@ class Generator:
             event = {"type": chunk_type, "messageId": mid, "delta": "chunk "}
             self.messages.append(mid)
             key = f"{kind}:{mid}"
-        if self.chunk is not None:
-            self.open.pop(self.chunk, None)
-        self.add(event, closes_chunk=False)
+        if owner is not None:
+            event["subagentRunId"] = owner
+        self.close_lane(owner)
+        self.add(event)
         self.open[key] = kind
-        self.chunk = key
+        self.lanes[owner] = key
 
     def state_event(self) -> None:
         rng = self.rng
@@ -302,7 +352,7 @@ class Generator:
             else:
                 patch = [{"op": "add", "path": f"/n{self.n}", "value": rng.randint(0, 9)}]
             delta = {"type": "ACTIVITY_DELTA", "messageId": aid, "activityType": "plan"}
-            self.add(delta | {"patch": patch}, closes_chunk=False)
+            self.add(delta | {"patch": patch})
             self.n += 1
             return
         streaming = {k.split(":", 1)[1] for k in self.open}
@@ -321,9 +371,9 @@ class Generator:
             event["replace"] = rng.random() < 0.5
         if rng.random() < 0.08:  # content not an object: the client's schema and the hub refuse it
             self.failing.add(len(self.events))
-            self.add(event | {"content": rng.choice([None, [1], "x"])}, closes_chunk=False)
+            self.add(event | {"content": rng.choice([None, [1], "x"])})
             return
-        self.add(event, closes_chunk=False)
+        self.add(event)
         if aid not in self.activities and (aid not in others or event.get("replace") is not False):
             self.activities.append(aid)
 
@@ -346,7 +396,7 @@ class Generator:
         rng = self.rng
         roll = rng.random()
         if roll < 0.3:
-            self.add({"type": "RAW", "event": {"vendor": "x"}}, closes_chunk=False)
+            self.add({"type": "RAW", "event": {"vendor": "x"}})
         elif roll < 0.6:
             self.add({"type": "CUSTOM", "name": "progress", "value": {"pct": self.n}})
         elif self.messages or self.calls:
@@ -355,7 +405,7 @@ class Generator:
             if rng.random() < 0.2:
                 subtype = rng.choice(["tool-call", "message"])
             event = {"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": entity}
-            self.add(event | {"encryptedValue": f"enc{self.n}"}, closes_chunk=False)
+            self.add(event | {"encryptedValue": f"enc{self.n}"})
 
     def messages_snapshot(self) -> None:
         """A producer's snapshot: a new user message, and now and then one of the messages
@@ -390,8 +440,8 @@ class Generator:
         self.messages.append(uid)
 
 
-def sequence(seed: int, thread: str) -> Generator:
-    generator = Generator(random.Random(seed), thread)
+def sequence(seed: int, thread: str, *, lanes: bool = False) -> Generator:
+    generator = Generator(random.Random(seed), thread, lanes=lanes)
     for index in range(1, generator.rng.randint(2, 4)):
         generator.run(index)
     return generator
@@ -461,11 +511,14 @@ async def open_connect(hub: HubProcess, thread: str, at: int) -> Watch:
     return watch
 
 
-async def exercise(hub: HubProcess, seed: int) -> tuple[list[Watch], dict[int, Event], int]:
-    """Publish one random sequence, consumers joining at random cuts; their streams, the hub's
-    view after every segment (by seq), and the last seq."""
+async def exercise(
+    hub: HubProcess, seed: int, *, lanes: bool = False
+) -> tuple[list[Watch], dict[int, Event], int]:
+    """Publish one random sequence (``lanes``: with subagents' chunk lanes beside the
+    parent's), consumers joining at random cuts; their streams, the hub's view after every
+    segment (by seq), and the last seq."""
     thread = f"diff-{seed}"
-    generator = sequence(seed, thread)
+    generator = sequence(seed, thread, lanes=lanes)
     events = generator.events
     rng = random.Random(seed * 7919)
     ends = {i + 1 for i, e in enumerate(events) if e["type"] in ("RUN_FINISHED", "RUN_ERROR")}
@@ -514,7 +567,7 @@ async def test_random_sequences_judged_by_the_official_client_on_every_endpoint(
     shared_hub: HubProcess,
 ) -> None:
     seeds = range(FIRST_SEED, FIRST_SEED + THREADS)
-    runs = await asyncio.gather(*(exercise(shared_hub, seed) for seed in seeds))
+    runs = await asyncio.gather(*(exercise(shared_hub, seed, lanes=True) for seed in seeds))
     cases: list[tuple[int, Watch, Event]] = []
     streams: list[tuple[list[Event], Any, Any]] = []
     for seed, (watches, views, last) in zip(seeds, runs, strict=True):

@@ -260,10 +260,19 @@ def test_a_snapshot_dropping_messages_still_streaming_drops_them_for_every_joine
         assert without_positions(verdict["messages"]) == view["messages"], at
 
 
-#: Chunk streams of a subagent beside the parent's: the official client keeps one chunk lane
-#: per subagent (an id-less chunk continues its own agent's lane, and a tagged id-less chunk
-#: with no lane of its own is refused), the thread one chunked item. Not fixed yet: it needs
-#: per-lane chunk tracking in hub/core/thread.py and streaming.py (issue 20, 3).
+def chunk(kind: str, item: str | None = None, tag: str | None = None, **more: Any) -> Event:
+    types = {"text": "TEXT_MESSAGE_CHUNK", "reasoning": "REASONING_MESSAGE_CHUNK"}
+    event: Event = {"type": types.get(kind, "TOOL_CALL_CHUNK"), "delta": more.pop("delta", ".")}
+    if item is not None:
+        event["toolCallId" if kind == "tool" else "messageId"] = item
+    if tag is not None:
+        event["subagentRunId"] = tag
+    return event | more
+
+
+#: Chunk streams of subagents beside the parent's: the official client keeps one chunk lane
+#: per agent (an id-less chunk continues its own agent's lane, and a tagged id-less chunk with
+#: no lane of its own is refused); so does the thread (hub.core.streaming).
 LANES: dict[str, list[Event]] = {
     "an id-less chunk continues the parent's lane, not the subagent's": [
         {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "a"},
@@ -278,20 +287,149 @@ LANES: dict[str, list[Event]] = {
         {"type": "TEXT_MESSAGE_CHUNK", "delta": "b", "subagentRunId": "s1"},
         {"type": "SUBAGENT_FINISHED", "subagentRunId": "s1"},
     ],
+    "two subagents and the parent interleaved, each chunk in its own lane": [
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "a"},
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s2", "name": "b"},
+        chunk("text", "m1", delta="p1 "),
+        chunk("text", "m2", "s1", delta="s1 "),
+        chunk("tool", "c1", "s2", toolCallName="f", delta='{"a"'),
+        chunk("reasoning", "r1", "s1", delta="s1 thinks "),  # s1's lane: m2 ends
+        chunk("text", delta="p2 "),
+        chunk("tool", None, "s2", delta=": 1"),
+        chunk("text", "m3", "s1", delta="s1 again "),  # r1 ends
+        chunk("text", "m3", delta="by id "),  # continues s1's lane, untagged
+        chunk("tool", delta="}"),  # the only tool lane: s2's
+        {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1}]},  # parent's
+        chunk("text", delta="the only text lane left: s1's "),
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m3", "delta": "plain "},  # untagged
+        chunk("text", None, "s1", delta="and on "),
+        {"type": "SUBAGENT_FINISHED", "subagentRunId": "s2"},  # s2's lane ends
+        chunk("tool", "c2", toolCallName="g", parentMessageId="m1"),
+        chunk("tool", None, None, delta="{}"),
+        {"type": "CUSTOM", "name": "x", "value": 1, "subagentRunId": "s1"},  # s1's lane ends
+        chunk("reasoning", "r2", "s1"),
+        {"type": "SUBAGENT_FINISHED", "subagentRunId": "s1"},
+    ],
+    "a start re-opens its own lane's item, and what speaks for nobody ends no lane": [
+        chunk("text", "m1", delta="a"),
+        chunk("text", "m2", "s1", delta="b"),
+        {"type": "RAW", "event": {}},
+        {"type": "ACTIVITY_SNAPSHOT", "messageId": "a1", "activityType": "plan", "content": {}},
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s2", "name": "x"},
+        chunk("text", None, "s1", delta="c"),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1"},  # the parent's lane ends first
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "d"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1"},
+        chunk("text", None, "s1", delta="e"),
+        {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "m2", "role": "assistant"}]},
+        chunk("text", "m2", delta="f"),  # every lane ended: opens again, the parent's
+        {"type": "SUBAGENT_FINISHED", "subagentRunId": "s2"},
+    ],
+}
+#: Events the official client refuses (at once, or at the end of the run, when it ends every
+#: lane), after the rest of the case: the thread refuses them.
+REFUSED: dict[str, list[Event]] = {
+    "a tag other than the lane streaming the item it names": [
+        chunk("text", "m2", "s2"),
+    ],
+    "an id-less untagged chunk two subagents' lanes could take": [
+        {"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/x", "value": 1}]},  # m1 ends
+        chunk("text", "m3", "s2"),
+        chunk("text"),
+    ],
+    "an end of a lane's item, by its own agent or another": [
+        {"type": "TEXT_MESSAGE_END", "messageId": "m2", "subagentRunId": "s1"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m2"},
+    ],
+    "content for a lane's item tagged with another agent": [
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "x", "subagentRunId": "s2"},
+    ],
+    "a continuation that changes what opened its item": [
+        chunk("text", None, "s1", role="user"),
+        chunk("text", "m2", name="other"),
+        chunk("tool", "c1", "s1", toolCallName="f"),
+        chunk("tool", None, "s1", toolCallName="g"),
+        chunk("tool", None, "s1", parentMessageId="elsewhere"),
+    ],
+    "a start of an item another lane streams into": [
+        {"type": "TEXT_MESSAGE_START", "messageId": "m2", "subagentRunId": "s2"},
+    ],
+    "a tool call's first chunk without its name": [
+        chunk("tool", "c9", "s2"),
+    ],
 }
 
 
-@pytest.mark.xfail(strict=True, reason="one chunked item per thread, not one lane per agent")
 @pytest.mark.parametrize("name", list(LANES))
 def test_chunk_lanes_of_subagents_fold_as_the_official_client(name: str) -> None:
     """Whatever the thread accepts, the client accepts and holds the same; the rest the
-    thread refuses."""
+    thread refuses (invalid_sequence), and so does the client; and a consumer joining at any
+    point of the run gets frames that let the client continue every lane."""
+    from hub.core.consumer import ConsumerView, sync_frames
+
     require("node is not installed", harness.node_available())
     harness.ensure_installed()
     thread = Thread(T, "e")
     stream: list[Event] = []
+    joins: list[tuple[int, list[Event]]] = []
+    refused: list[list[Event]] = []
     for event in [run(1), *LANES[name], finished(1)]:
-        stream += thread.publish(event).events
-    verdict = harness.replay(stream)
+        if thread.run is not None:
+            joins.append((len(stream), copy.deepcopy(sync_frames(thread, ConsumerView()))))
+        outcome = thread.publish(copy.deepcopy(event))
+        if outcome.error is not None:
+            assert outcome.error.code == "invalid_sequence", outcome.error
+            refused.append([*stream, event, finished(1)])
+        stream += outcome.events
+    expected_refusals = 1 if "starts nothing" in name else 0
+    assert len(refused) == expected_refusals, name
+    view = thread.view()
+    streams: list[tuple[list[Event], Any, Any]] = [(stream, None, None)]
+    streams += [([*join, *stream[at:]], None, None) for at, join in joins]
+    verdicts = harness.replay_many([*streams, *((r, None, None) for r in refused)])
+    for at, verdict in enumerate(verdicts[: len(streams)]):
+        assert verdict["ok"], (at, verdict.get("error"))
+        assert without_positions(verdict["messages"]) == view["messages"], at
+        assert verdict["state"] == view["state"], at
+    for verdict in verdicts[len(streams) :]:
+        assert not verdict["ok"]
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_chunk_lane_the_official_client_refuses_the_thread_refuses(name: str) -> None:
+    """After two subagents and the parent opened lanes (s1: m2, the parent: m1, s1's tool call
+    nowhere yet), each event of the case is refused by the thread, invalid_sequence, and the
+    client refuses it too, at once or when the run's end ends the lanes."""
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    thread = Thread(T, "e")
+    opening = [
+        run(1),
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "a"},
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s2", "name": "b"},
+        chunk("text", "m1"),
+        chunk("text", "m2", "s1", name="bob"),
+    ]
+    if "what opened" in name:
+        opening.append(chunk("tool", "c1", "s1", toolCallName="f", parentMessageId="m2"))
+    stream: list[Event] = []
+    for event in opening:
+        outcome = thread.publish(event)
+        assert outcome.error is None, (event, outcome.error)
+        stream += outcome.events
+    cases: list[tuple[list[Event], Any, Any]] = []
+    for event in REFUSED[name]:
+        outcome = thread.publish(copy.deepcopy(event))
+        if outcome.error is None:  # it sets up the next one
+            stream += outcome.events
+            continue
+        assert outcome.error.code == "invalid_sequence", (event, outcome.error)
+        cases.append(([*stream, event, finished(1)], None, None))
+    assert cases
+    for verdict in harness.replay_many(cases):
+        assert not verdict["ok"], name
+    # what the thread accepted, the client accepts
+    tail = thread.publish(finished(1)).events
+    verdict = harness.replay([*stream, *tail])
     assert verdict["ok"], verdict.get("error")
     assert without_positions(verdict["messages"]) == thread.view()["messages"]

@@ -54,20 +54,35 @@ const CHUNKS = {
   TOOL_CALL_CHUNK: ["tool", "toolCallId"],
 };
 /**
- * Events that do not end a chunk stream (as the official client turns chunks into events): the
- * chunks themselves, and what does not speak for the agent the chunks come from
- * (hub/core/streaming.py KEEP_CHUNKED).
+ * Chunk lanes (hub/core/streaming.py): chunk events stream into one item per agent, its lane
+ * (the chunks' subagentRunId; none: the parent agent), as the official client turns chunks into
+ * events. Events that close every lane; events that close the lane of the agent they speak for
+ * (their subagentRunId, none: the parent's; a subagent's end only when it names one). The others
+ * (chunks, RAW, ACTIVITY_*, REASONING_ENCRYPTED_VALUE, SUBAGENT_STARTED) close none.
  */
-const KEEP_CHUNKED = new Set([
-  ...Object.keys(CHUNKS),
-  "RAW",
-  "ACTIVITY_SNAPSHOT",
-  "ACTIVITY_DELTA",
-  "REASONING_ENCRYPTED_VALUE",
-  "SUBAGENT_STARTED",
+const CLOSES_ALL_LANES = new Set(["RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "MESSAGES_SNAPSHOT"]);
+const CLOSES_OWN_LANE = new Set([
+  "TEXT_MESSAGE_START",
+  "TEXT_MESSAGE_CONTENT",
+  "TEXT_MESSAGE_END",
+  "TOOL_CALL_START",
+  "TOOL_CALL_ARGS",
+  "TOOL_CALL_END",
+  "TOOL_CALL_RESULT",
+  "STATE_SNAPSHOT",
+  "STATE_DELTA",
+  "CUSTOM",
+  "STEP_STARTED",
+  "STEP_FINISHED",
+  "REASONING_START",
+  "REASONING_MESSAGE_START",
+  "REASONING_MESSAGE_CONTENT",
+  "REASONING_MESSAGE_END",
+  "REASONING_END",
   "SUBAGENT_FINISHED",
   "SUBAGENT_ERROR",
 ]);
+const SUBAGENT_ENDS = new Set(["SUBAGENT_FINISHED", "SUBAGENT_ERROR"]);
 /** Events that change the state, and events that change the messages. */
 export const STATE_EVENTS = new Set(["STATE_SNAPSHOT", "STATE_DELTA"]);
 export { MESSAGE_EVENTS };
@@ -132,12 +147,11 @@ export class Mirror {
     this._drop = 0;
     // What the hub has sent as still streaming ("text:ID", "tool:ID", ...), followed as the hub
     // follows it for this consumer (hub/core/consumer.py ConsumerView), in opening order; and
-    // the item chunk events stream into.
+    // the chunk lanes: agent (subagentRunId, null: the parent) -> the item its chunks stream into.
     this.open = new Set();
     /** The run this copy has open (RUN_STARTED seen, not yet finished). */
     this.runId = null;
-    this._chunked = null;
-    this._chunkGuessed = false;
+    this.lanes = new Map();
     this._resuming = false;
   }
 
@@ -165,8 +179,7 @@ export class Mirror {
   _forgetStreaming() {
     this.runId = null;
     this.open.clear();
-    this._chunked = null;
-    this._chunkGuessed = false;
+    this.lanes.clear();
   }
 
   // -- frames -----------------------------------------------------------------------------------
@@ -385,22 +398,18 @@ export class Mirror {
     const kind = event.type;
     if (kind in CHUNKS) {
       const [item, idField] = CHUNKS[kind];
-      const itemId = event[idField];
-      const key = itemId ? `${item}:${itemId}` : this._chunked;
-      if (key !== null && key !== this._chunked) {
-        // (a guessed one stays open, as it may have been opened by a start event)
-        if (this._chunked !== null && !this._chunkGuessed) this.open.delete(this._chunked);
-        this._chunked = key;
-        this.open.add(key);
+      let target;
+      try {
+        target = this._lane(item, event[idField], event.subagentRunId);
+      } catch (err) {
+        if (err instanceof LocalFailure) return; // the hub took it: this copy went wrong
+        throw err;
       }
-      this._chunkGuessed = false;
+      const [owner, key, opens] = target;
+      if (opens) this._openLane(owner, key);
       return;
     }
-    if (this._chunked !== null && !KEEP_CHUNKED.has(kind)) {
-      if (!this._chunkGuessed) this.open.delete(this._chunked);
-      this._chunked = null;
-      this._chunkGuessed = false;
-    }
+    if (this.lanes.size > 0) this._settle(kind, event);
     if (kind === "RUN_FINISHED" || kind === "RUN_ERROR") {
       this.open.clear();
       this.runId = null;
@@ -416,40 +425,73 @@ export class Mirror {
   }
 
   /**
-   * Follow a repair frame: ends, then re-opened items (start + content so far, or one chunk
-   * carrying the content so far). Which re-opened item chunks stream into, the frames do not
-   * say: while the item this copy saw streaming is still open it stays; otherwise the last
-   * re-opened item is taken (the hub rejects a chunk for an item opened by a start event, so
-   * guessing wrong there costs nothing).
+   * Follow a repair frame: ends, the run's end and start, snapshots, then the re-opened items
+   * (start + content so far, and one chunk per lane carrying its content so far). The frames are
+   * a stream the official client takes as it is, so they follow the live rules: the snapshots
+   * close every lane this copy held, and each re-opening chunk opens its item in its lane.
    */
-  _observeSync(event, kind) {
-    if (kind === "RUN_FINISHED" || kind === "RUN_ERROR") {
-      this._forgetStreaming();
-    } else if (kind === "RUN_STARTED") {
-      this.runId = event.runId ?? null;
-    } else if (ENDS.has(kind)) {
-      const item = ENDS.get(kind);
-      const key = `${item}:${event[FOLLOWED[item][3]]}`;
-      this.open.delete(key);
-      if (key === this._chunked) this._chunked = null;
-    } else if (STARTS.has(kind)) {
-      const item = STARTS.get(kind);
-      const key = `${item}:${event[FOLLOWED[item][3]]}`;
-      this.open.add(key);
-      if (this._chunked === null || this._chunkGuessed) {
-        this._chunked = key;
-        this._chunkGuessed = true;
-      }
-    } else if (kind in CHUNKS) {
-      const [item, idField] = CHUNKS[kind];
-      const key = `${item}:${event[idField]}`;
-      if (this._chunked !== null && this._chunked !== key && !this._chunkGuessed) {
-        this.open.delete(this._chunked);
-      }
-      this.open.add(key);
-      this._chunked = key; // re-opened as a chunk: chunks continue it
-      this._chunkGuessed = false;
+  _observeSync(event) {
+    this._observe(event);
+  }
+
+  /** What an event that is not a chunk does to the lanes: closes its agent's, every one, or none. */
+  _settle(kind, event) {
+    if (CLOSES_ALL_LANES.has(kind)) {
+      for (const key of this.lanes.values()) this.open.delete(key);
+      this.lanes.clear();
+    } else if (CLOSES_OWN_LANE.has(kind)) {
+      const tag = event.subagentRunId ?? null;
+      if (tag === null && SUBAGENT_ENDS.has(kind)) return; // names no subagent: not the parent's
+      this._closeLane(tag);
     }
+  }
+
+  _closeLane(owner) {
+    const key = this.lanes.get(owner);
+    if (key === undefined) return;
+    this.lanes.delete(owner);
+    this.open.delete(key);
+  }
+
+  _openLane(owner, key) {
+    this._closeLane(owner);
+    this.lanes.set(owner, key);
+    this.open.add(key);
+  }
+
+  /**
+   * `[owner, key, opens]`: the lane a chunk of `item` naming `itemId` (absent: none) tagged `tag`
+   * streams in, its item, and whether it closes the lane's item and opens its own (hub/core/
+   * streaming.py Streaming.chunk_target). Throws LocalFailure for a chunk that lane rules refuse.
+   */
+  _lane(item, itemId, tag) {
+    const prefix = `${item}:`;
+    tag = tag ?? null;
+    if (itemId !== undefined && itemId !== null) {
+      const key = prefix + itemId;
+      for (const [owner, held] of this.lanes) {
+        if (held !== key) continue;
+        if (tag !== null && tag !== owner) {
+          throw new LocalFailure(`a chunk tagged '${tag}' for '${itemId}', which another lane streams into`);
+        }
+        return [owner, key, false];
+      }
+      return [tag, key, true];
+    }
+    let lane = tag;
+    if (tag === null) {
+      const parent = this.lanes.get(null);
+      if (parent === undefined || !parent.startsWith(prefix)) {
+        const takers = [...this.lanes].filter(([, held]) => held.startsWith(prefix));
+        if (takers.length > 1) throw new LocalFailure(`a ${item} chunk more than one lane could take`);
+        lane = takers.length === 1 ? takers[0][0] : null;
+      }
+    }
+    const current = this.lanes.get(lane);
+    if (current === undefined || !current.startsWith(prefix)) {
+      throw new LocalFailure(`a ${item} chunk without an id continues nothing`);
+    }
+    return [lane, current, false];
   }
 
   /**
@@ -458,14 +500,10 @@ export class Mirror {
    */
   _chunkTarget(event, sync) {
     const [item, idField] = CHUNKS[event.type];
-    const key = event[idField] ? `${item}:${event[idField]}` : this._chunked;
-    if (key === null || !key.startsWith(`${item}:`)) {
-      throw new LocalFailure(`a ${item} chunk without an id continues nothing`);
-    }
-    const opens = sync || key !== this._chunked;
-    if (opens && item === "tool" && !event.toolCallName) {
+    const [, key, opens] = this._lane(item, event[idField], event.subagentRunId);
+    if ((sync || opens) && item === "tool" && (event.toolCallName ?? null) === null) {
       throw new LocalFailure("the first TOOL_CALL_CHUNK of a call needs toolCallName");
     }
-    return [key.slice(item.length + 1), opens];
+    return [key.slice(item.length + 1), sync || opens];
   }
 }

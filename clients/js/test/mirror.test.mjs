@@ -304,6 +304,77 @@ describe("streaming", () => {
     );
     assert.deepEqual(mirror.messages.items, [{ id: "m", role: "assistant", content: "one twothree" }]);
   });
+
+  test("each agent's chunks stream in its own lane, as the official client keeps them", () => {
+    const mirror = joined({});
+    const events = [
+      { type: "RUN_STARTED", threadId: "t", runId: "r1" },
+      { type: "TEXT_MESSAGE_CHUNK", messageId: "m1", delta: "p1 " },
+      { type: "TEXT_MESSAGE_CHUNK", messageId: "m2", subagentRunId: "s1", delta: "s1 " },
+      { type: "TOOL_CALL_CHUNK", toolCallId: "c1", toolCallName: "f", subagentRunId: "s2", delta: "{" },
+      { type: "TEXT_MESSAGE_CHUNK", delta: "p2 " }, // the parent's lane
+      { type: "TEXT_MESSAGE_CHUNK", subagentRunId: "s1", delta: "s2 " }, // s1's lane
+      { type: "TEXT_MESSAGE_CHUNK", messageId: "m2", delta: "s3 " }, // s1's lane, by its id
+      { type: "TOOL_CALL_CHUNK", delta: "}" }, // the only tool lane: s2's
+      { type: "STATE_DELTA", delta: [] }, // the parent's lane ends
+      { type: "TEXT_MESSAGE_CHUNK", delta: "s4" }, // the only text lane left: s1's
+      { type: "SUBAGENT_FINISHED", subagentRunId: "s2" }, // s2's lane ends
+    ];
+    events.forEach((event, i) => {
+      const step = mirror.receive(at(i + 1, event));
+      assert.notEqual(step.applied, null, `${i}: ${event.type}`);
+      assert.deepEqual(step.send, [], `${i}: ${event.type}`);
+    });
+    assert.deepEqual([...mirror.lanes], [["s1", "text:m2"]]);
+    assert.deepEqual([...mirror.open], ["text:m2"]);
+    assert.deepEqual(mirror.messages.items, [
+      { id: "m1", role: "assistant", content: "p1 p2 " },
+      { id: "m2", role: "assistant", content: "s1 s2 s3 s4", subagentRunId: "s1" },
+      {
+        id: "c1",
+        role: "assistant",
+        toolCalls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }],
+        subagentRunId: "s2",
+      },
+    ]);
+    // a subagent's id-less chunk with no lane of its own continues nothing: the copy asks
+    const refused = mirror.receive(at(12, { type: "TEXT_MESSAGE_CHUNK", subagentRunId: "s9", delta: "x" }));
+    assert.deepEqual(resyncs(refused), ["patch_failed"]);
+  });
+
+  test("a repair re-opens every lane with a chunk, and live chunks continue each", () => {
+    const mirror = joined({});
+    mirror.receive(at(1, { type: "RUN_STARTED", threadId: "t", runId: "r1" }));
+    mirror.receive(at(2, { type: "TEXT_MESSAGE_CHUNK", messageId: "old", delta: "x" }));
+    mirror.dropNext(1);
+    mirror.receive(at(3, { type: "STATE_DELTA", delta: [] }));
+    assert.deepEqual(resyncs(mirror.receive(at(5, { type: "STATE_DELTA", delta: [] }))), ["gap"]);
+    const messages = [
+      { id: "old", role: "assistant", content: "x" },
+      { id: "m1", role: "assistant", content: "" },
+      { id: "m2", role: "assistant", content: "", subagentRunId: "s1" },
+    ];
+    for (const frame of [
+      at(5, { type: "STATE_SNAPSHOT", snapshot: {} }, { sync: true }),
+      at(5, { type: "MESSAGES_SNAPSHOT", messages }, { sync: true }),
+      at(5, { type: "TEXT_MESSAGE_CHUNK", messageId: "m1", role: "assistant", delta: "a" }, { sync: true }),
+      at(
+        5,
+        { type: "TEXT_MESSAGE_CHUNK", messageId: "m2", role: "assistant", subagentRunId: "s1", delta: "b" },
+        { sync: true },
+      ),
+    ]) {
+      assert.notEqual(mirror.receive(frame).applied, null, frame.type);
+    }
+    assert.deepEqual([...mirror.lanes], [[null, "text:m1"], ["s1", "text:m2"]]);
+    assert.deepEqual([...mirror.open], ["text:m1", "text:m2"]);
+    mirror.receive(at(6, { type: "TEXT_MESSAGE_CHUNK", subagentRunId: "s1", delta: "c" }));
+    mirror.receive(at(7, { type: "TEXT_MESSAGE_CHUNK", delta: "d" }));
+    assert.deepEqual(
+      mirror.messages.items.map((m) => m.content),
+      ["x", "ad", "bc"],
+    );
+  });
 });
 
 // -- the same machine as the hub's core and the Python client -----------------------------------

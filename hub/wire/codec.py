@@ -235,3 +235,17 @@ class Frame:
             self._msgpack = data
         else:
             self._json = data
+
+
+def ack_wire(seq: int, count: int) -> bytes:
+    """The WebSocket text frame of ``hub.ack`` (:func:`hub.wire.control.ack`) in JSON, byte for
+    byte what ``Frame(ack(seq, count)).wire(JSON)`` builds, without building the event, its
+    JSON, or the frame through the serializer: an agent gets one per acknowledgement interval,
+    so at a few events a second, one per event."""
+    payload = b'{"type":"CUSTOM","name":"hub.ack","value":{"seq":%d,"count":%d}}' % (seq, count)
+    size = len(payload)  # under 126 for any seq and count below 10**25
+    if size < 126:
+        return bytes((0x81, size)) + payload
+    return Frame({"type": "CUSTOM", "name": "hub.ack", "value": {"seq": seq, "count": count}}).wire(
+        JSON
+    )

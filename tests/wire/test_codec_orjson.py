@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hub.errors import BadFrame
-from hub.wire.codec import Frame, decode, encode, json_bytes
+from hub.wire import control
+from hub.wire.codec import JSON, Frame, ack_wire, decode, encode, json_bytes
 
 SCALARS = (
     st.none()
@@ -101,3 +102,10 @@ def test_a_frame_keeps_no_more_memory_than_its_json() -> None:
         tracemalloc.stop()
     size = sum(len(data) for data in kept)
     assert used < 3 * size + 200_000, (used, size)  # orjson's own bytes: 4 KiB each
+
+
+@given(st.integers(min_value=0, max_value=10**40), st.integers(min_value=0, max_value=10**40))
+def test_an_ack_built_by_hand_is_the_frame_the_codec_builds(seq: int, count: int) -> None:
+    """``ack_wire`` (the agent's acknowledgement, built without the event) is byte for byte the
+    WebSocket frame of ``control.ack`` through Frame, short and long (past 125 bytes)."""
+    assert ack_wire(seq, count) == Frame(control.ack(seq, count)).wire(JSON)

@@ -37,7 +37,7 @@ from hub.server.outbox import supports_direct_writes, write_prebuilt
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, WebSocket, done
 from hub.store.base import seq_of
 from hub.wire import control
-from hub.wire.codec import Encoding, Frame, decode, encode
+from hub.wire.codec import JSON, Encoding, ack_wire, decode, encode
 from hub.wire.events import parse_event
 
 log = logging.getLogger("agui_hub.server")
@@ -303,11 +303,11 @@ class AgentEndpoint(ThreadEndpoint):
                     await asyncio.sleep(wait)  # acknowledgements are batched
                     continue
                 state.acked_frames, acked_at = state.stored_frames, loop.time()
-                ack = control.ack(loaded.persisted_seq, state.acked_frames)
-                if direct:  # one per agent and ack interval: the frame straight to the socket
-                    await write_prebuilt(ws, Frame(ack).wire(encoding))
+                seq = loaded.persisted_seq
+                if direct and encoding == JSON:  # one per agent and ack interval: straight out
+                    await write_prebuilt(ws, ack_wire(seq, state.acked_frames))
                 else:
-                    await ws.send(encode(ack, encoding))
+                    await ws.send(encode(control.ack(seq, state.acked_frames), encoding))
                 continue
             if state.pending:
                 state.pending[0][1].add_done_callback(state.wake_up)

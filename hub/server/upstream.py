@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any, cast
 
 from ag_ui.core import RunAgentInput
 from pydantic import ValidationError
@@ -84,6 +86,7 @@ class Upstream:
         self.runs: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
+        self._enders: set[asyncio.Task[None]] = set()
         #: Runs of policy ``enqueue`` waiting for the thread's open run (hub.server.run_queue).
         self.queue = RunQueue(hub, self._start_queued)
 
@@ -211,6 +214,7 @@ class Upstream:
         loaded.producers += 1  # keeps the thread loaded while the run lasts
         task = asyncio.create_task(self._run(loaded, target, run_id, dict(built), answer))
         self.runs[(loaded.key, run_id)] = task
+        task.add_done_callback(partial(self._reap, loaded, run_id))
         # The thread's list entry names the agent of its latest run (GET /v1/threads).
         self.hub.persistence.update_info(loaded, agent=command.agent)
         return {"threadId": thread_id, "runId": run_id}
@@ -270,9 +274,12 @@ class Upstream:
         for _ in range(CANCEL_WAITS):
             task = self.runs.get((loaded.key, run_id))
             if task is not None:
+                await _begun(task)
                 task.cancel()
                 await asyncio.wait([task], timeout=STOP_TIMEOUT)
-                return
+                if loaded.thread.run_id != run_id:
+                    return
+                break  # its task has not ended it (yet): ended here, and its ending is a no-op
             if loaded.thread.run_id == run_id:
                 break
             taken = await self.queue.cancel(loaded, run_id)
@@ -341,6 +348,30 @@ class Upstream:
             log.exception("ending the run %s failed", run_id, extra=about(loaded.key, run=run_id))
         if not self._closing:
             self.queue.kick(loaded)  # the thread's next queued run, if any, starts now
+
+    def _reap(self, loaded: LoadedThread, run_id: str, task: asyncio.Task[None]) -> None:
+        """A run's task is done. One cancelled before its first step (the node stopping, or a
+        run ended elsewhere that the lease watch saw at once) never ran ``_run``, nor its
+        ``finally``: its bookkeeping is done here, and its run ended if it is still open, so
+        neither the run nor the thread stays held by a task that is gone."""
+        key = (loaded.key, run_id)
+        if self.runs.get(key) is not task:
+            return  # its body ran, and did all of it
+        del self.runs[key]
+        loaded.producers -= 1
+        self.hub.released(loaded)
+        if not self._closing:  # a stopping node's runs are ended by the others (leases)
+            ender = asyncio.create_task(self._end_unstarted(loaded, run_id))
+            self._enders.add(ender)
+            ender.add_done_callback(self._enders.discard)
+
+    async def _end_unstarted(self, loaded: LoadedThread, run_id: str) -> None:
+        try:
+            await self.hub.submit(loaded, ending(run_id, "the run was cancelled", "cancelled"))
+            await self.hub.store.release_run(loaded.key, run_id)
+        except Exception:
+            log.exception("ending the run %s failed", run_id, extra=about(loaded.key, run=run_id))
+        self.queue.kick(loaded)
 
     # -- leases ---------------------------------------------------------------------------------
 
@@ -416,6 +447,14 @@ class Upstream:
         await asyncio.shield(self.hub.submit(loaded, ending(run_id, message, "agent_disconnected")))
         await store.release_run(loaded.key, run_id)
         self.queue.kick(loaded)
+
+
+async def _begun(task: asyncio.Task[None]) -> None:
+    """Wait until the task took its first step: one cancelled before it never runs its body,
+    so a run's task cancelled then would neither end its run nor let go of it."""
+    coro = cast("Coroutine[Any, Any, None]", task.get_coro())
+    while not task.done() and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        await asyncio.sleep(0)
 
 
 def _input_messages(command: control.Run) -> list[dict[str, Any]]:

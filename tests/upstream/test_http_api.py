@@ -161,6 +161,61 @@ async def test_a_run_started_with_policy_supersede_cancels_the_open_one_then_sta
         assert run["runId"] in agent.closed, (run, agent.closed)
 
 
+async def test_three_callers_superseding_at_once_on_one_node_all_open_in_turn_and_one_stays(
+    start_hub: Callable[..., HubProcess], agent: AgentServer, tmp_path: Path
+) -> None:
+    """A caller whose supersede found the run another caller had just opened, its task not
+    yet begun, cancelled that task before its first step: the task never ran, so nothing
+    ended its run, the canceller spent its attempts against it (409 run_in_progress) and the
+    run stayed open with nobody calling its agent, on a node-local store for good. Each caller
+    now opens its run in turn; every run but the last is cancelled and its request closed."""
+    hub = start_hub(*agent_args(agent, tmp_path))
+    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+        for n in range(5):  # the race came in most rounds
+            runs = f"/v1/threads/h-three-{n}/runs"
+            watcher = await consumer(hub, f"h-three-{n}")
+            first = (await http.post(runs, json={"agent": "hold"})).json()["runId"]
+            await agent_got(agent, first)
+            body = {"agent": "hold", "policy": "supersede"}
+            answers = await asyncio.gather(*(http.post(runs, json=body) for _ in range(3)))
+            assert [a.status_code for a in answers] == [202] * 3, [a.text for a in answers]
+            started = [a.json()["runId"] for a in answers]
+            while len(opened(watcher.received)) < 4 or len(ended(watcher.received)) < 3:
+                await watcher.recv(10)
+            order = opened(watcher.received)
+            assert order[0] == first and sorted(order[1:]) == sorted(started), order
+            ends = ended(watcher.received)
+            assert list(ends) == order[:-1] and set(ends.values()) == {"cancelled"}, ends
+            assert hub.thread(f"h-three-{n}")["run"] == {"runId": order[-1]}
+            # The last one is a live run (a run superseded at once may end before its request
+            # went out): its request reaches the agent, a cancel ends it and closes that.
+            await agent_got(agent, order[-1])
+            assert (await http.delete(f"{runs}/{order[-1]}")).status_code == 200
+            end = await run_end(watcher, order[-1])
+            assert (end["type"], end["code"]) == ("RUN_ERROR", "cancelled"), end
+            for run_id in (first, order[-1]):
+                await eventually(lambda r=run_id: r in agent.closed)
+            assert hub.thread(f"h-three-{n}")["run"] is None
+            await watcher.close()
+
+
+def opened(received: list[dict[str, Any]]) -> list[str]:
+    return [e["runId"] for e in received if e["type"] == "RUN_STARTED"]
+
+
+def ended(received: list[dict[str, Any]]) -> dict[str, str]:
+    """The runs that ended in what a client received, in order: run id -> RUN_ERROR's code
+    (or RUN_FINISHED), each end belonging to the run started last."""
+    ends: dict[str, str] = {}
+    current = None
+    for event in received:
+        if event["type"] == "RUN_STARTED":
+            current = event["runId"]
+        elif event["type"] in ("RUN_FINISHED", "RUN_ERROR") and current is not None:
+            ends[current] = event.get("code", event["type"])
+    return ends
+
+
 async def test_bad_run_requests_get_clear_codes(hub: HubProcess, http: httpx.AsyncClient) -> None:
     unknown = await http.post("/v1/threads/h-bad/runs", json={"agent": "nobody"})
     assert unknown.status_code == 404 and unknown.json()["code"] == "unknown_agent"

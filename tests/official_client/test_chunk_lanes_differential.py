@@ -10,8 +10,8 @@ with several subagents' chunk lanes interleaved with the parent's), published to
   the thread's state and messages;
 - the browser client's Mirror (clients/js/src/mirror.js) fed the joins and a conflated
   consumer's repairs (tests/mirror_streams.py) holds the thread's at every position;
-- the Python client's Mirror keeps one chunked item still (its ``_chunk_target`` reads
-  ``Streaming.chunked``): a strict xfail until it asks ``Streaming.chunk_target``.
+- the Python client's Mirror, fed the same streams, holds the thread's messages at every
+  position (it asks ``Streaming.chunk_target``, as the thread does).
 
 A repair between runs is left out of the official client's streams: AG-UI 1.0's verifyEvents
 takes no snapshot after ``RUN_FINISHED`` (the hub's mirrors take it; see mirror_streams).
@@ -27,7 +27,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from mirror_streams import build
 from official_client import harness
 from official_client.test_differential_all_endpoints import sequence
@@ -129,11 +128,6 @@ def test_the_browser_mirror_follows_every_lane_at_every_position() -> None:
     assert verdict["failures"] == [], json.dumps(verdict["failures"][:2])[:6000]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Python client's Mirror (clients/python/agui_hub_client/mirror.py, _chunk_target) "
-    "still keeps one chunked item: it must ask Streaming.chunk_target(kind, id, subagentRunId)",
-)
 def test_the_python_mirror_follows_every_lane_at_every_position() -> None:
     from agui_hub_client.mirror import Mirror
 

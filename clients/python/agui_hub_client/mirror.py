@@ -23,8 +23,9 @@ The rules (the hub's consumer contract):
 
 - Streaming items are followed with the hub's own rules (``hub.core.streaming``), as the hub
   follows what it sent this consumer, so chunk events (``TEXT_MESSAGE_CHUNK``,
-  ``REASONING_MESSAGE_CHUNK``, ``TOOL_CALL_CHUNK``) continue or restart a message exactly as
-  the hub's thread does, across repairs too (best effort after a real loss of events).
+  ``REASONING_MESSAGE_CHUNK``, ``TOOL_CALL_CHUNK``) continue or restart a message in their
+  agent's lane (``subagentRunId``; none: the parent's) exactly as the hub's thread does, across
+  repairs too (best effort after a real loss of events).
 
 State and messages are applied with the hub's own code (``hub.core.patch``, and
 ``hub.core.fold``, which the hub's thread folds every event with), so a copy that followed the
@@ -110,8 +111,8 @@ class Mirror:
         self._drop = 0
         #: What the hub has sent as still streaming, followed as the hub follows it for this
         #: consumer (hub.core.consumer.ConsumerView), with the same code: the open run, the
-        #: items open ("text:ID", "tool:ID"...), and the one chunk events stream into. A chunk
-        #: for that item continues it; a chunk for any other item starts (or restarts) it.
+        #: items open ("text:ID", "tool:ID"...), and each agent's chunk lane (the item its
+        #: chunk events stream into: a chunk continues its lane's item, or starts another).
         self.streaming: Streaming[None] = Streaming()
         #: A connection opened with ``since``: if the hub cannot replay, its first sequenced
         #: frames are a join from scratch.
@@ -312,7 +313,12 @@ class Mirror:
         elif kind == "TOOL_CALL_ARGS":
             self._require_call(event["toolCallId"])
         elif kind in CHUNKS:
-            chunk = self._chunk_target(CHUNKS[kind][0], event.get(CHUNKS[kind][1]), sync)
+            item, field = CHUNKS[kind]
+            # Its agent's lane, as the official client resolves it (refusals: InvalidSequence).
+            _, key, opens = self.streaming.chunk_target(
+                item, event.get(field), event.get("subagentRunId"), kind
+            )
+            chunk = (key[len(item) + 1 :], sync or opens)  # a sync chunk re-opens its item
         # What the hub's thread does with it (hub.core.fold), as the official client does.
         fold(self.messages, event, chunk)
 
@@ -328,11 +334,3 @@ class Mirror:
             return
         if self.messages.tool_call(tool_call_id) is None:
             raise KeyError(f"no tool call {tool_call_id!r}")
-
-    def _chunk_target(self, item: str, item_id: Any, sync: bool) -> tuple[str, bool]:
-        """The item a chunk streams into, and whether it opens (or re-opens) it. A sync chunk
-        re-opens an item with its content so far: it always opens it."""
-        key = f"{item}:{item_id}" if item_id else self.streaming.chunked
-        if key is None or not key.startswith(f"{item}:"):
-            raise KeyError(f"a {item} chunk without an id continues nothing")
-        return key.split(":", 1)[1], sync or key != self.streaming.chunked

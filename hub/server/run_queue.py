@@ -23,7 +23,8 @@ then takes it out of the queue. A run that opened first meanwhile (another calle
 connection's) leaves it next, for that run's end; one the thread refuses (a limit) or whose
 agent is no longer configured is dropped, said in the log. A cancel of a queued run (its
 ``runId`` on the usual routes) takes it out of the queue; one being opened right then is
-cancelled once open.
+cancelled once open. A kick that fails midway (the store away, the node stopping) leaves its
+hold to lapse rather than freeing it: whether its run opened may not be known.
 
 A node may die between opening a queued run and taking it out of the queue; the hold lapses
 (:data:`HOLD_TTL`) and the run is next again. It never opens twice: a queued run opens only
@@ -311,7 +312,8 @@ class RunQueue:
                 self._untrack(key, {run_id})
                 continue
             except BaseException:  # the store is away, or the node stops: it stays next
-                await asyncio.shield(store.release_next_run(key, run_id))
+                # Held until the hold lapses, not freed: whether it opened may not be known
+                # (a commit in doubt), and the next take after a lapse looks in the log.
                 raise
             await store.dequeue_run(key, run_id)
             hub.metrics.inc("agui_hub_queued_runs_total", outcome="started")

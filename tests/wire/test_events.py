@@ -262,3 +262,17 @@ def test_a_json_pointer_is_checked_as_the_sdk_checks_it(pointer: Any, valid: boo
     except Exception:
         sdk = False
     assert sdk is valid
+
+
+def test_held_deltas_share_their_type_op_names_and_paths() -> None:
+    """Two frames' STATE_DELTAs hold one string object for their type, each op name and each
+    path (a thread holds its recent events: hub.bench.held), and their values as sent."""
+    frames = [
+        json.dumps({"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/a", "value": n}]})
+        for n in range(2)
+    ]
+    first, second = (parse_event(decode(frame))[0] for frame in frames)
+    assert first["type"] is second["type"]
+    assert first["delta"][0]["op"] is second["delta"][0]["op"]
+    assert first["delta"][0]["path"] is second["delta"][0]["path"]
+    assert [e["delta"][0]["value"] for e in (first, second)] == [0, 1]

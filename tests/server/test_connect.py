@@ -16,7 +16,7 @@ import httpx
 import pytest
 from ci_rule import under_ci
 from official_client import harness
-from support import TEST_SECRET, TOKEN_TTL, Client, HubProcess, SseReader, is_custom
+from support import TEST_SECRET, TOKEN_TTL, Client, HubProcess, SseReader, eventually, is_custom
 
 from hub.auth import mint_token
 from server.test_official_client import RUN, scripted, without_positions
@@ -43,6 +43,12 @@ async def publish(agent: Client, events: list[dict[str, Any]], acked: int) -> in
     if events:
         await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == total)
     return total
+
+
+def _seq(event: dict[str, Any]) -> int | None:
+    """An event's position in the thread, if it carries one."""
+    position: int | None = event.get("metadata", {}).get("hub", {}).get("seq")
+    return position
 
 
 class Connect:
@@ -272,7 +278,7 @@ async def test_a_connect_resumes_inside_the_open_run_from_its_last_event_id(
     reading = asyncio.create_task(connect.read())
     await asyncio.wait_for(connect.first.wait(), TIMEOUT)
     acked = await publish(agent, events[6:9], acked)
-    await asyncio.sleep(0.2)
+    await eventually(lambda: _seq(connect.events[-1]) == 9, TIMEOUT)
     reading.cancel()  # the caller goes away mid-run
     with pytest.raises(asyncio.CancelledError):
         await reading
@@ -281,8 +287,11 @@ async def test_a_connect_resumes_inside_the_open_run_from_its_last_event_id(
     assert last.endswith(":9"), connect.ids
     resumed = Connect(hub, thread, {"Last-Event-ID": last})
     reading = asyncio.create_task(resumed.read())
-    await asyncio.sleep(0.2)
-    await publish(agent, events[9:], acked)
+    # The run ends only once the resume is attached (it got an event): a connect that came
+    # after the run's end would be a connect anew, not a resume inside the open run.
+    acked = await publish(agent, events[9:-1], acked)
+    await asyncio.wait_for(resumed.first.wait(), TIMEOUT)
+    await publish(agent, events[-1:], acked)
     await asyncio.wait_for(reading, TIMEOUT)
     seqs = [e["metadata"]["hub"]["seq"] for e in resumed.events]
     assert seqs == list(range(10, len(events) + 1))  # exactly what it lacked, live

@@ -69,12 +69,11 @@ def _checked(stream: Stream) -> Stream:
     return stream
 
 
-def build(seed: int, joins: int = 4, *, lanes: bool = False) -> Sequence:
+def build(seed: int, joins: int = 4, *, lanes: bool = True) -> Sequence:
     """Publish one random sequence (the differential generator's, for ``seed``) to a thread;
     the streams of ``joins`` joiners at random positions (one at the very start), and of one
-    conflated consumer. ``lanes``: with chunk lanes of subagents beside the parent's (the
-    Python client's Mirror keeps one chunked item still: see
-    tests/official_client/test_chunk_lanes_differential.py)."""
+    conflated consumer. ``lanes``: with chunk lanes of subagents beside the parent's (both
+    clients' Mirrors follow them, as the thread does)."""
     thread = Thread(f"mirror-{seed}", EPOCH)
     events = sequence(seed, thread.thread_id, lanes=lanes).events
     rng = random.Random(seed * 104729)

@@ -114,7 +114,8 @@ class Outbox:
         #: Frames to write, oldest first (a frame's size is its cached encoding's length).
         self._queue: deque[Frame] = deque()
         #: Hub replies to this consumer (errors); never conflated away, sent before the rest.
-        self._replies: deque[Frame] = deque(maxlen=MAX_REPLIES)
+        #: Made with the first (most consumers never get one, and an empty deque is 600 bytes).
+        self._replies: deque[Frame] | None = None
         self._bytes = 0
         self._repair: str | None = None
         self._holding: Holding | None = None
@@ -202,6 +203,8 @@ class Outbox:
     def reply(self, frame: Frame) -> None:
         """Queue a reply to this consumer's own command; it survives conflation."""
         if not self.closed:
+            if self._replies is None:
+                self._replies = deque(maxlen=MAX_REPLIES)
             self._replies.append(frame)
             self._wake.set()
 

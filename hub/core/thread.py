@@ -18,6 +18,7 @@ from ..errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, Pe
 from ..wire.events import check_not_reserved
 from .fold import fold
 from .messages import MessageLog
+from .owners import BUCKET, Owners
 from .patch import Document, apply_patch, check_patch
 from .streaming import (
     BY_CONTENT,
@@ -92,6 +93,9 @@ class Thread:
         #: (key -> the event that opened it), and the chunk lanes (one per agent: the item its
         #: chunk events stream into).
         self.streaming: Streaming[Event] = Streaming()
+        #: Who owns each item of the open run (kept for the whole run, as the official
+        #: client's verifyEvents keeps them: hub.core.owners).
+        self.owners = Owners()
         self.log: deque[Event] = deque(maxlen=max(1, retention))
         self._warnings: list[str] = []
         #: The ``delta`` list the edge checked last (see :meth:`trust_patch`).
@@ -264,20 +268,18 @@ class Thread:
             raise
 
     def _require_open(self, kind: str, item_id: str, event: Event | None = None) -> str:
-        """The item an event continues or ends: open, and not streamed into by a lane other
-        than the event's own (the client refuses a tag other than its opener's; and an end
-        leaves a lane streaming into a closed item, which the client refuses at the lane's
-        next end)."""
+        """The item an event continues or ends: open, tagged (if at all) with its owner's
+        tag, and not ended while a lane streams into it (that leaves the lane streaming into
+        a closed item, which the client refuses at the lane's next end)."""
         key = item_key(kind, item_id)
         if key not in self.streaming.open:
             raise InvalidSequence(f"no open {kind} {item_id!r}")
-        if event is not None and self.streaming.lanes:
-            for owner, held in self.streaming.lanes.items():
-                if held != key:
-                    continue
-                tag = event.get("subagentRunId")
-                if (tag is not None and tag != owner) or event["type"] == BY_END_TYPE[kind]:
-                    raise InvalidSequence(f"{event['type']} for {item_id!r}, which chunks stream")
+        if event is not None:
+            bucket = BUCKET.get(kind)
+            if bucket is not None:
+                self.owners.check(bucket, item_id, event.get("subagentRunId"), event["type"])
+            if event["type"] == BY_END_TYPE[kind] and key in self.streaming.lanes.values():
+                raise InvalidSequence(f"{event['type']} for {item_id!r}, which chunks stream")
         return key
 
     def _require_closed(self, kind: str, item_id: str) -> str:
@@ -299,6 +301,12 @@ class Thread:
         self.interrupts = []
         self.streaming.start_run(self.last_run_id)
         fold(self.messages, event)  # its input's messages
+        # Every message the thread holds is on record with its owner, as for a consumer that
+        # joins now (its MESSAGES_SNAPSHOT seeds them): stricter than a client that followed
+        # from the run's start (it seeds only the input's messages), so that no joiner refuses
+        # what the thread accepts.
+        self.owners.clear()
+        self.owners.seed(self.messages.items, False)
         return event
 
     def _on_run_finished(self, event: Event) -> Event:
@@ -363,6 +371,7 @@ class Thread:
                     f"MESSAGES_SNAPSHOT changes the role of {message['id']!r} while it streams"
                 )
         fold(self.messages, event)  # it may drop messages still streaming, as the client does
+        self.owners.seed(event["messages"], True)
         return event
 
     def _start(self, kind: str, event: Event) -> str:
@@ -386,6 +395,14 @@ class Thread:
         return event
 
     def _on_reasoning_encrypted_value(self, event: Event) -> Event:
+        entity, tag, what = str(event.get("entityId")), event.get("subagentRunId"), event["type"]
+        subtype = event.get("subtype")
+        if subtype == "tool-call":
+            self.owners.check("toolCall", entity, tag, what)
+        elif subtype == "message" and self.owners.get("message", entity)[0]:
+            self.owners.check("message", entity, tag, what)
+        else:
+            self.owners.check("reasoning", entity, tag, what)
         fold(self.messages, event)
         return event
 
@@ -394,7 +411,11 @@ class Thread:
         return event
 
     def _on_reasoning_start(self, event: Event) -> Event:
+        self._require_closed("phase", event["messageId"])
+        tag = event.get("subagentRunId")
+        self.owners.check("reasoning", event["messageId"], tag, event["type"])
         self._start("phase", event)
+        self.owners.claim("reasoning", event["messageId"], tag)
         return event
 
     def _on_text_message_start(self, event: Event) -> Event:
@@ -405,8 +426,11 @@ class Thread:
 
     def _open_message(self, kind: str, event: Event) -> Event:
         self._require_closed(kind, event["messageId"])
+        tag = event.get("subagentRunId")
+        self.owners.check(BUCKET[kind], event["messageId"], tag, event["type"])
         fold(self.messages, event)
         self._start(kind, event)
+        self.owners.claim(BUCKET[kind], event["messageId"], tag)
         return event
 
     def _message_content(self, event: Event) -> Event:
@@ -451,9 +475,22 @@ class Thread:
                     raise InvalidSequence(
                         f"{event['type']} for {item_id!r} changes the {name} its stream opened with"
                     )
+        bucket = BUCKET[kind]
+        tag = event.get("subagentRunId")
+        if opens:  # its start, as the client makes it (the lane's item ends, by its owner)
+            claim = (
+                self.owners.tool_call_owner({**event, "toolCallId": item_id}, event["type"])
+                if kind == "tool"
+                else tag
+            )
+            self.owners.check(bucket, item_id, tag, event["type"])
+        else:  # its content, tagged with its lane's agent
+            self.owners.check(bucket, item_id, owner, event["type"])
         start = fold(self.messages, event, (item_id, opens))
         if start is not None:
             self.streaming.open_lane(owner, key, start)
+        if opens:
+            self.owners.claim(bucket, item_id, claim)
         return event
 
     _on_text_message_chunk = _message_chunk
@@ -461,8 +498,10 @@ class Thread:
 
     def _on_tool_call_start(self, event: Event) -> Event:
         self._require_closed("tool", event["toolCallId"])
+        claim = self.owners.tool_call_owner(event, event["type"])
         fold(self.messages, event)
         self._start("tool", event)
+        self.owners.claim("toolCall", event["toolCallId"], claim)
         return event
 
     def _on_tool_call_args(self, event: Event) -> Event:
@@ -473,14 +512,32 @@ class Thread:
     _on_tool_call_chunk = _message_chunk
 
     def _on_tool_call_result(self, event: Event) -> Event:
+        message_id = event.get("messageId")
+        tag = event.get("subagentRunId")
+        if isinstance(message_id, str):
+            # It mints that message: its tag owns the id from now on. A subagent's lane
+            # streaming into it would end it later tagged with another owner: refused then.
+            for lane, held in self.streaming.lanes.items():
+                if held == item_key("text", message_id) and lane is not None and lane != tag:
+                    raise InvalidSequence(
+                        f"TOOL_CALL_RESULT gives {message_id!r}, which chunks of {lane!r} "
+                        "stream, to another agent"
+                    )
         fold(self.messages, event)
+        if isinstance(message_id, str):
+            self.owners.set("message", message_id, tag)
         return event
 
     def _on_activity_snapshot(self, event: Event) -> Event:
         fold(self.messages, event)
+        message_id = str(event.get("messageId"))
+        if not self.owners.get("activity", message_id)[0] or event.get("replace") is not False:
+            self.owners.set("activity", message_id, event.get("subagentRunId"))
         return event
 
     def _on_activity_delta(self, event: Event) -> Event:
+        message_id = str(event.get("messageId"))
+        self.owners.check("activity", message_id, event.get("subagentRunId"), event["type"])
         fold(self.messages, event)  # checked first, atomic: a patch that fails changes nothing
         return event
 
@@ -505,6 +562,8 @@ class Thread:
             # the lanes' items, in the order the lanes opened (a lane's agent is its item's
             # opener's subagentRunId)
             "chunked": list(self.lanes.values()),
+            # who owns the open run's items (kind -> id -> subagentRunId)
+            "owners": self.owners.to_record(),
         }
 
     @classmethod
@@ -532,6 +591,7 @@ class Thread:
             for key in record["chunked"]
             if key in streaming.open
         }
+        thread.owners = Owners(record.get("owners"))  # none in records of before
         for event in log:
             if event["metadata"]["hub"]["seq"] > thread.seq:
                 thread.replay(event)

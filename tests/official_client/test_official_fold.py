@@ -433,3 +433,211 @@ def test_a_chunk_lane_the_official_client_refuses_the_thread_refuses(name: str) 
     verdict = harness.replay([*stream, *tail])
     assert verdict["ok"], verdict.get("error")
     assert without_positions(verdict["messages"]) == thread.view()["messages"]
+
+
+def _tagged(tag: str, *events: Event) -> list[Event]:
+    return [{**event, "subagentRunId": tag} for event in events]
+
+
+#: Who owns an item (the agent that opened it; a tool call: its parent message's owner, if
+#: untagged) is kept for the whole run, as verifyEvents keeps it: each case's last event names
+#: an item another agent owns, and both the thread and the client refuse it (the client at
+#: once, or when the run's end ends the lanes).
+OWNERS_REFUSED: dict[str, list[Event]] = {
+    "a start re-opening, after its end, a message another agent owns": [
+        *text("m1", "a", subagentRunId="s1"),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "subagentRunId": "s2"},
+    ],
+    "a chunk re-opening, after its end, a message another agent owns": [
+        *text("m1", "a", subagentRunId="s1"),
+        chunk("text", "m1", "s2"),
+    ],
+    "a subagent's content for a message the parent owns": [
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x", "subagentRunId": "s1"},
+    ],
+    "a tool call tagged other than the owner of its parent message": [
+        *text("m1", "a", subagentRunId="s1"),
+        *call("c1", "m1", subagentRunId="s2")[:1],
+    ],
+    "a tool call chunk tagged other than the owner of its parent message": [
+        *text("m1", "a", subagentRunId="s1"),
+        chunk("tool", "c1", "s2", toolCallName="f", parentMessageId="m1"),
+    ],
+    "an untagged tool call inherits its parent message's owner": [
+        *text("m1", "a", subagentRunId="s1"),
+        *call("c1", "m1")[:1],
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}", "subagentRunId": "s2"},
+    ],
+    "an untagged re-start of a call in a message of another owner": [
+        *call("c1", subagentRunId="s1"),
+        *text("m2", "a"),
+        *call("c1", "m2")[:1],
+    ],
+    "reasoning re-opened by another agent after its end": [
+        *_tagged(
+            "s1",
+            {"type": "REASONING_MESSAGE_START", "messageId": "r1", "role": "reasoning"},
+            {"type": "REASONING_MESSAGE_END", "messageId": "r1"},
+        ),
+        {"type": "REASONING_START", "messageId": "r1", "subagentRunId": "s2"},
+    ],
+    "an encrypted value for another agent's ended tool call": [
+        *call("c1", subagentRunId="s1"),
+        {
+            "type": "REASONING_ENCRYPTED_VALUE",
+            "subtype": "tool-call",
+            "entityId": "c1",
+            "encryptedValue": "x",
+            "subagentRunId": "s2",
+        },
+    ],
+    "an activity delta by another agent": [
+        {
+            "type": "ACTIVITY_SNAPSHOT",
+            "messageId": "a1",
+            "activityType": "plan",
+            "content": {},
+            "subagentRunId": "s1",
+        },
+        {
+            "type": "ACTIVITY_DELTA",
+            "messageId": "a1",
+            "activityType": "plan",
+            "patch": [],
+            "subagentRunId": "s2",
+        },
+    ],
+    "a message a snapshot gave to another agent": [
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [{"id": "m9", "role": "assistant", "content": "", "subagentRunId": "s1"}],
+        },
+        {"type": "TEXT_MESSAGE_START", "messageId": "m9", "subagentRunId": "s2"},
+    ],
+    "a message a tool result minted for another agent": [
+        {
+            "type": "TOOL_CALL_RESULT",
+            "messageId": "t1",
+            "toolCallId": "c0",
+            "content": "ok",
+            "subagentRunId": "s1",
+        },
+        {"type": "TEXT_MESSAGE_START", "messageId": "t1", "subagentRunId": "s2"},
+    ],
+    "a tool result giving a message a subagent's chunks stream to another agent": [
+        chunk("text", "m1", "s1"),
+        {"type": "TOOL_CALL_RESULT", "messageId": "m1", "toolCallId": "c0", "content": "ok"},
+    ],
+}
+
+#: What the client accepts of owners, the thread accepts, folds the same, and every joiner
+#: takes: an untagged event agrees with any owner, an untagged re-open keeps the owner, a tool
+#: call owned through its parent message takes its owner's tag (also a chunk lane's call).
+OWNERS_ACCEPTED: dict[str, list[Event]] = {
+    "an untagged re-open keeps its owner, whose tag its content may carry": [
+        *text("m1", "a", subagentRunId="s1"),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "b", "subagentRunId": "s1"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1"},
+        chunk("text", "m1", delta="c"),
+        chunk("text", "m1", delta="d"),
+    ],
+    "a lane's tool call owned through its parent message takes that owner's tag": [
+        *text("m1", "a", subagentRunId="s1"),
+        chunk("tool", "c1", toolCallName="f", parentMessageId="m1", delta="{"),
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": '"a"', "subagentRunId": "s1"},
+        chunk("tool", delta=": 1}"),
+    ],
+    "the same ids re-used by the agent that owns them, untagged or tagged": [
+        *call("c1", subagentRunId="s1"),
+        *call("c1"),
+        *call("c1", subagentRunId="s1"),
+        *text("m2", "x", subagentRunId="s2"),
+        chunk("text", "m2", "s2"),
+        {"type": "STATE_DELTA", "delta": [], "subagentRunId": "s2"},
+        *text("m2", "y"),
+    ],
+}
+
+
+def _owner_thread(events: list[Event]) -> tuple[Thread, list[Event], HubErrorLike]:
+    thread = Thread(T, "e")
+    stream: list[Event] = []
+    error = None
+    for event in [run(1), *events]:
+        outcome = thread.publish(copy.deepcopy(event))
+        if outcome.error is not None:
+            error = outcome.error
+            break
+        stream += outcome.events
+    return thread, stream, error
+
+
+HubErrorLike = Any
+
+
+@pytest.mark.parametrize("name", list(OWNERS_REFUSED))
+def test_an_item_named_by_an_agent_other_than_its_owner_is_refused(name: str) -> None:
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    events = OWNERS_REFUSED[name]
+    thread, stream, error = _owner_thread(events)
+    assert error is not None, name
+    assert error.code == "invalid_sequence", error
+    assert len(stream) == len(events), "refused before its last event"
+    tail = thread.publish(finished(1)).events
+    refused, accepted = harness.replay_many(
+        [([*stream, events[-1], finished(1)], None, None), ([*stream, *tail], None, None)]
+    )
+    assert not refused["ok"], name
+    assert accepted["ok"], accepted.get("error")
+    assert without_positions(accepted["messages"]) == thread.view()["messages"]
+
+
+@pytest.mark.parametrize("name", list(OWNERS_ACCEPTED))
+def test_an_owner_the_client_accepts_the_thread_accepts_and_every_joiner_too(name: str) -> None:
+    from hub.core.consumer import ConsumerView, sync_frames
+
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    thread = Thread(T, "e")
+    stream: list[Event] = []
+    joins: list[tuple[int, list[Event]]] = []
+    for event in [run(1), *OWNERS_ACCEPTED[name], finished(1)]:
+        if thread.run is not None:
+            joins.append((len(stream), copy.deepcopy(sync_frames(thread, ConsumerView()))))
+        outcome = thread.publish(copy.deepcopy(event))
+        assert outcome.error is None, (event, outcome.error)
+        stream += outcome.events
+    view = thread.view()
+    streams: list[tuple[list[Event], Any, Any]] = [(stream, None, None)]
+    streams += [([*join, *stream[at:]], None, None) for at, join in joins]
+    for at, verdict in enumerate(harness.replay_many(streams)):
+        assert verdict["ok"], (at, verdict.get("error"))
+        assert without_positions(verdict["messages"]) == view["messages"], at
+
+
+def test_an_earlier_runs_message_reopened_by_another_agent_is_refused_as_a_joiner_refuses() -> None:
+    """A client that followed from the run's start forgot the owners of earlier runs (and
+    takes it), but one joining the run holds every message's owner from its snapshot and
+    refuses it: the thread refuses what any of its consumers would, so every stream it sends
+    passes."""
+    from hub.core.consumer import ConsumerView, sync_frames
+
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    thread = Thread(T, "e")
+    for event in [run(1), *text("m1", "a", subagentRunId="s1"), finished(1), run(2)]:
+        assert thread.publish(event).error is None
+    join = sync_frames(thread, ConsumerView())
+    reopen = {"type": "TEXT_MESSAGE_START", "messageId": "m1", "subagentRunId": "s2"}
+    outcome = thread.publish(copy.deepcopy(reopen))
+    assert outcome.error is not None and outcome.error.code == "invalid_sequence"
+    verdict = harness.replay([*join, reopen, {**reopen, "type": "TEXT_MESSAGE_END"}, finished(2)])
+    assert not verdict["ok"]
+    # untagged, or tagged with its owner, it is taken by every client
+    for tag in (None, "s1"):
+        more = {} if tag is None else {"subagentRunId": tag}
+        for event in text("m1", "b", **more):
+            assert thread.publish(copy.deepcopy(event)).error is None

@@ -86,6 +86,9 @@ class Generator:
         self.open: dict[str, str] = {}  # key -> kind, in the order they opened
         #: the chunk lanes: agent (a subagentRunId, None: the parent) -> the key it streams into
         self.lanes: dict[str | None, str] = {}
+        #: who owns each text message made here, as the hub and every client keep it (its
+        #: creator's tag; a snapshot restating it: the parent), to re-use its id (lanes only)
+        self.owner_of: dict[str, str | None] = {}
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
@@ -193,6 +196,7 @@ class Generator:
             self.tool_result,
             self.passive,
             self.messages_snapshot,
+            *([self.reuse, self.reuse] if self.subagent_lanes else []),
         ]
 
     def open_text(self) -> None:
@@ -204,6 +208,41 @@ class Generator:
         self.open[f"text:{mid}"] = "text"
         self.messages.append(mid)
         self.held.append(mid)
+        self.owner_of[mid] = None
+
+    def reuse(self) -> None:
+        """Another agent (or its owner) re-opens a message it ended, as the client takes it:
+        untagged (an absent tag agrees with any owner, and keeps it), or tagged with its owner;
+        the message's content goes on in the same message. Or a subagent's message carries a
+        call (untagged: it owns it), whose arguments then carry the subagent's tag."""
+        rng = self.rng
+        ended = [
+            m
+            for m in self.held
+            if m in self.owner_of and f"text:{m}" not in self.open and m not in self.activities
+        ]
+        if not ended:
+            return self.open_text()
+        mid = rng.choice(ended)
+        owner = self.owner_of[mid]
+        if owner is not None and owner in self.subagents and rng.random() < 0.4:
+            cid = self.fresh("c")
+            start = {"type": "TOOL_CALL_START", "toolCallId": cid, "toolCallName": "search"}
+            self.add(start | {"parentMessageId": mid})
+            self.add(
+                {"type": "TOOL_CALL_ARGS", "toolCallId": cid, "delta": "{}"}
+                | {"subagentRunId": owner}
+            )
+            self.open[f"tool:{cid}"] = "tool"
+            self.calls.append(cid)
+            self.messages.append(cid)
+            return None
+        event: Event = {"type": "TEXT_MESSAGE_START", "messageId": mid}
+        if owner is not None and owner in self.subagents and rng.random() < 0.5:
+            event["subagentRunId"] = owner
+        self.add(event)
+        self.open[f"text:{mid}"] = "text"
+        return None
 
     def open_reasoning(self) -> None:
         mid = self.fresh("rm")
@@ -243,6 +282,8 @@ class Generator:
             self.add({"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": "sub "})
             self.add({"type": "TEXT_MESSAGE_END", "messageId": mid, "subagentRunId": sid})
             self.messages.append(mid)
+            self.held.append(mid)
+            self.owner_of[mid] = sid
 
     def content(self) -> None:
         streams = [k for k in self.open if k.split(":")[0] in ("text", "reasoning", "tool")]
@@ -320,6 +361,9 @@ class Generator:
             event = {"type": chunk_type, "messageId": mid, "delta": "chunk "}
             self.messages.append(mid)
             key = f"{kind}:{mid}"
+            if kind == "text":
+                self.held.append(mid)
+                self.owner_of[mid] = owner
         if owner is not None:
             event["subagentRunId"] = owner
         self.close_lane(owner)
@@ -435,6 +479,9 @@ class Generator:
                 self.activities.clear()
         self.add(snapshot)
         self.held = [m["id"] for m in messages]
+        for message in messages:  # restated without a tag: the parent's now
+            if message["id"] in self.owner_of:
+                self.owner_of[message["id"]] = None
         # what the hub holds after it is not followed here: later events name ids that may be
         # gone, which the client and the hub both take as "nothing to continue"
         self.messages.append(uid)

@@ -16,6 +16,12 @@ Its rules (the client's, which the thread must neither loosen nor tighten):
 - ``ACTIVITY_SNAPSHOT`` owns its id when it is new or replaces (``replace`` not false);
 - ``MESSAGES_SNAPSHOT`` restates who owns its messages (each message's ``subagentRunId``, its
   tool calls the message's); the ``RUN_STARTED`` input's messages own only ids nobody owns.
+
+An item can have two owners at once for the hub's consumers: a client that followed the run
+keeps its first owner, while one that joins later takes the owner its message holds (its
+``MESSAGES_SNAPSHOT`` restates them). They part where an untagged start makes the message anew
+(a snapshot dropped it) or puts a call an owned parent message carries in a new, untagged
+message: such an item is *mixed*, and no tag agrees with it.
 """
 
 from __future__ import annotations
@@ -37,17 +43,23 @@ def _agent(owner: Owner) -> str:
 class Owners:
     """The owners of the open run's items, per kind (``kind -> id -> owner``)."""
 
-    __slots__ = ("by_kind",)
+    __slots__ = ("by_kind", "mixed")
 
-    def __init__(self, by_kind: dict[str, dict[str, Owner]] | None = None) -> None:
+    def __init__(self, by_kind: dict[str, dict[str, Owner]] | None = None, mixed: Any = ()) -> None:
         self.by_kind: dict[str, dict[str, Owner]] = {kind: {} for kind in KINDS}
         for kind, held in (by_kind or {}).items():
             if kind in self.by_kind:
                 self.by_kind[kind].update(held)
+        #: ``kind:id`` of the mixed items (see the module's doc): any tag is refused.
+        self.mixed: set[str] = set(mixed or ())
 
     def clear(self) -> None:
         for held in self.by_kind.values():
             held.clear()
+        self.mixed.clear()
+
+    def mix(self, kind: str, item_id: str) -> None:
+        self.mixed.add(f"{kind}:{item_id}")
 
     def get(self, kind: str, item_id: str) -> tuple[bool, Owner]:
         held = self.by_kind[kind]
@@ -62,6 +74,10 @@ class Owners:
             raise InvalidSequence(
                 f"{what} tagged {tag!r} names {item_id!r}, which {_agent(held[item_id])} owns"
             )
+        if self.mixed and f"{kind}:{item_id}" in self.mixed:
+            raise InvalidSequence(
+                f"{what} tagged {tag!r} names {item_id!r}, whose owner its consumers disagree on"
+            )
 
     def claim(self, kind: str, item_id: str, owner: Owner) -> None:
         """First writer wins."""
@@ -69,6 +85,7 @@ class Owners:
 
     def set(self, kind: str, item_id: str, owner: Owner) -> None:
         self.by_kind[kind][item_id] = owner
+        self.mixed.discard(f"{kind}:{item_id}")
 
     def tool_call_owner(self, event: dict[str, Any], what: str) -> Owner:
         """Check a tool call's start (``TOOL_CALL_START``, or the chunk that opens a call) and
@@ -112,13 +129,13 @@ class Owners:
             )
             owner = message.get("subagentRunId")
             if authoritative or message["id"] not in self.by_kind[kind]:
-                self.by_kind[kind][message["id"]] = owner
+                self.set(kind, message["id"], owner)
             calls = message.get("toolCalls")
             for call in calls if isinstance(calls, list) else ():
                 if not isinstance(call, dict) or not isinstance(call.get("id"), str):
                     continue
                 if authoritative or call["id"] not in self.by_kind["toolCall"]:
-                    self.by_kind["toolCall"][call["id"]] = owner
+                    self.set("toolCall", call["id"], owner)
 
     def to_record(self) -> dict[str, dict[str, Owner]]:
         return {kind: dict(held) for kind, held in self.by_kind.items() if held}

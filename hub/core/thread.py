@@ -428,10 +428,35 @@ class Thread:
         self._require_closed(kind, event["messageId"])
         tag = event.get("subagentRunId")
         self.owners.check(BUCKET[kind], event["messageId"], tag, event["type"])
+        anew = self.messages.get(event["messageId"]) is None
         fold(self.messages, event)
         self._start(kind, event)
-        self.owners.claim(BUCKET[kind], event["messageId"], tag)
+        self._claim_message(BUCKET[kind], event["messageId"], tag, anew)
         return event
+
+    def _claim_message(self, bucket: str, message_id: str, tag: Owner, anew: bool) -> None:
+        """A start's owner (first writer); a message an untagged start made anew, whose id
+        another agent owns, is mixed (hub.core.owners)."""
+        known, owner = self.owners.get(bucket, message_id)
+        if not known:
+            self.owners.set(bucket, message_id, tag)
+        elif anew and tag is None and owner is not None:
+            self.owners.mix(bucket, message_id)
+
+    def _carried(self, event: Event) -> bool:
+        """Whether a call's start goes in the parent message it names (a held assistant
+        message), as the client's reducer places it; ask before the start is folded."""
+        parent = self.messages.get(str(event.get("parentMessageId")))
+        return parent is not None and parent.get("role") == "assistant"
+
+    def _claim_call(self, call_id: str, event: Event, owner: Owner, carried: bool) -> None:
+        """A call's owner, if nobody owns it yet: an untagged call inheriting a subagent's
+        parent message that does not carry it goes in a new untagged message: mixed."""
+        if self.owners.get("toolCall", call_id)[0]:
+            return
+        self.owners.set("toolCall", call_id, owner)
+        if event.get("subagentRunId") is None and owner is not None and not carried:
+            self.owners.mix("toolCall", call_id)
 
     def _message_content(self, event: Event) -> Event:
         """TEXT_MESSAGE_CONTENT and REASONING_MESSAGE_CONTENT."""
@@ -486,11 +511,15 @@ class Thread:
             self.owners.check(bucket, item_id, tag, event["type"])
         else:  # its content, tagged with its lane's agent
             self.owners.check(bucket, item_id, owner, event["type"])
+        anew = opens and self.messages.get(item_id) is None
+        carried = opens and kind == "tool" and self._carried(event)
         start = fold(self.messages, event, (item_id, opens))
         if start is not None:
             self.streaming.open_lane(owner, key, start)
-        if opens:
-            self.owners.claim(bucket, item_id, claim)
+        if opens and kind == "tool":
+            self._claim_call(item_id, event, claim, carried)
+        elif opens:
+            self._claim_message(bucket, item_id, tag, anew)
         return event
 
     _on_text_message_chunk = _message_chunk
@@ -499,9 +528,10 @@ class Thread:
     def _on_tool_call_start(self, event: Event) -> Event:
         self._require_closed("tool", event["toolCallId"])
         claim = self.owners.tool_call_owner(event, event["type"])
+        carried = self._carried(event)
         fold(self.messages, event)
         self._start("tool", event)
-        self.owners.claim("toolCall", event["toolCallId"], claim)
+        self._claim_call(event["toolCallId"], event, claim, carried)
         return event
 
     def _on_tool_call_args(self, event: Event) -> Event:
@@ -564,6 +594,7 @@ class Thread:
             "chunked": list(self.lanes.values()),
             # who owns the open run's items (kind -> id -> subagentRunId)
             "owners": self.owners.to_record(),
+            "mixedOwners": sorted(self.owners.mixed),
         }
 
     @classmethod
@@ -591,7 +622,8 @@ class Thread:
             for key in record["chunked"]
             if key in streaming.open
         }
-        thread.owners = Owners(record.get("owners"))  # none in records of before
+        # none in records of before
+        thread.owners = Owners(record.get("owners"), record.get("mixedOwners"))
         for event in log:
             if event["metadata"]["hub"]["seq"] > thread.seq:
                 thread.replay(event)

@@ -320,3 +320,27 @@ def test_a_resumed_run_whose_agent_never_took_the_answers_reopens_them(thread: T
     assert again.view() == thread.view()
     rebuilt = Thread.from_record(copy.deepcopy(thread.to_record()))
     assert rebuilt.view()["interrupts"] == asks
+
+
+def test_who_owns_each_item_survives_a_record_round_trip(thread: Thread) -> None:
+    """Owners are kept for the run (hub.core.owners): a thread rebuilt from its record still
+    refuses another agent's tag on an ended item, and on a mixed one any tag."""
+    events = [
+        run_started(),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "subagentRunId": "s1"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1", "subagentRunId": "s1"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m2", "subagentRunId": "s1"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m2"},
+        {"type": "MESSAGES_SNAPSHOT", "messages": []},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m2"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m2"},
+    ]
+    for event in events:
+        assert thread.publish(event).error is None, event
+    copy_ = Thread.from_record(thread.to_record())
+    for held in (thread, copy_):
+        for mid, tag in (("m1", "s2"), ("m2", "s1")):
+            start = {"type": "TEXT_MESSAGE_START", "messageId": mid, "subagentRunId": tag}
+            outcome = held.publish(start)
+            assert outcome.error is not None and outcome.error.code == "invalid_sequence"
+        assert held.publish({"type": "TEXT_MESSAGE_START", "messageId": "m1"}).error is None

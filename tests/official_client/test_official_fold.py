@@ -641,3 +641,62 @@ def test_an_earlier_runs_message_reopened_by_another_agent_is_refused_as_a_joine
         more = {} if tag is None else {"subagentRunId": tag}
         for event in text("m1", "b", **more):
             assert thread.publish(copy.deepcopy(event)).error is None
+
+
+#: Items whose owner the hub's consumers disagree on: a client that followed the run keeps the
+#: first owner, one joining later the owner its message holds. Each case's last event (tagged)
+#: is taken by the first and refused by the second, so the thread refuses it; then the rest of
+#: the run, which every client takes.
+MIXED: dict[str, tuple[list[Event], list[Event]]] = {
+    "a message a snapshot dropped, made anew by an untagged start": (
+        [
+            *text("m1", "a", subagentRunId="s1"),
+            {"type": "MESSAGES_SNAPSHOT", "messages": []},
+            {"type": "TEXT_MESSAGE_START", "messageId": "m1"},
+            {
+                "type": "TEXT_MESSAGE_CONTENT",
+                "messageId": "m1",
+                "delta": "b",
+                "subagentRunId": "s1",
+            },
+        ],
+        [{"type": "TEXT_MESSAGE_END", "messageId": "m1"}],
+    ),
+    "an untagged call in a subagent's message a snapshot dropped": (
+        [
+            *text("m1", "a", subagentRunId="s1"),
+            {"type": "MESSAGES_SNAPSHOT", "messages": []},
+            *call("c1", "m1")[:1],
+            {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}", "subagentRunId": "s1"},
+        ],
+        [{"type": "TOOL_CALL_END", "toolCallId": "c1"}],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MIXED))
+def test_a_tag_a_joiner_would_refuse_the_thread_refuses(name: str) -> None:
+    from hub.core.consumer import ConsumerView, sync_frames
+
+    require("node is not installed", harness.node_available())
+    harness.ensure_installed()
+    events, rest = MIXED[name]
+    thread, stream, error = _owner_thread(events[:-1])
+    assert error is None, error
+    join = copy.deepcopy(sync_frames(thread, ConsumerView()))
+    outcome = thread.publish(copy.deepcopy(events[-1]))
+    assert outcome.error is not None and outcome.error.code == "invalid_sequence"
+    followed, joined = harness.replay_many(
+        [
+            ([*stream, events[-1], *rest, finished(1)], None, None),
+            ([*join, events[-1], *rest, finished(1)], None, None),
+        ]
+    )
+    assert followed["ok"], followed.get("error")
+    assert not joined["ok"] and "subagentRunId" in joined["error"], joined
+    for event in [{k: v for k, v in events[-1].items() if k != "subagentRunId"}, *rest]:
+        assert thread.publish(copy.deepcopy(event)).error is None, event
+    assert thread.publish(finished(1)).error is None
+    verdict = harness.replay(list(thread.log))  # untagged, every client takes it
+    assert verdict["ok"], verdict.get("error")
+    assert without_positions(verdict["messages"]) == thread.view()["messages"]

@@ -61,6 +61,9 @@ class Owners:
     def mix(self, kind: str, item_id: str) -> None:
         self.mixed.add(f"{kind}:{item_id}")
 
+    def is_mixed(self, kind: str, item_id: str) -> bool:
+        return bool(self.mixed) and f"{kind}:{item_id}" in self.mixed
+
     def get(self, kind: str, item_id: str) -> tuple[bool, Owner]:
         held = self.by_kind[kind]
         return (item_id in held, held.get(item_id))
@@ -96,7 +99,11 @@ class Owners:
         known, parent_owner = (False, None)
         if parent_id is not None:
             known, parent_owner = self.get("message", str(parent_id))
-            if known and tag is not None and tag != parent_owner:
+            if (
+                known
+                and tag is not None
+                and (tag != parent_owner or self.is_mixed("message", str(parent_id)))
+            ):
                 raise InvalidSequence(
                     f"{what} tagged {tag!r} for {call_id!r}, whose parent message "
                     f"{parent_id!r} {_agent(parent_owner)} owns"

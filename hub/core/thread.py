@@ -455,8 +455,10 @@ class Thread:
         if self.owners.get("toolCall", call_id)[0]:
             return
         self.owners.set("toolCall", call_id, owner)
-        if event.get("subagentRunId") is None and owner is not None and not carried:
-            self.owners.mix("toolCall", call_id)
+        if event.get("subagentRunId") is None and owner is not None:
+            parent = str(event.get("parentMessageId"))
+            if not carried or self.owners.is_mixed("message", parent):
+                self.owners.mix("toolCall", call_id)
 
     def _message_content(self, event: Event) -> Event:
         """TEXT_MESSAGE_CONTENT and REASONING_MESSAGE_CONTENT."""

@@ -671,6 +671,25 @@ MIXED: dict[str, tuple[list[Event], list[Event]]] = {
         ],
         [{"type": "TOOL_CALL_END", "toolCallId": "c1"}],
     ),
+    "a call tagged with the first owner of a message made anew": (
+        [
+            *text("m1", "a", subagentRunId="s1"),
+            {"type": "MESSAGES_SNAPSHOT", "messages": []},
+            *text("m1", "b"),
+            {**call("c1", "m1")[0], "subagentRunId": "s1"},
+        ],
+        [{"type": "TOOL_CALL_END", "toolCallId": "c1"}],
+    ),
+    "an untagged call in a message made anew, its arguments tagged with the first owner": (
+        [
+            *text("m1", "a", subagentRunId="s1"),
+            {"type": "MESSAGES_SNAPSHOT", "messages": []},
+            *text("m1", "b"),
+            *call("c1", "m1")[:1],
+            {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}", "subagentRunId": "s1"},
+        ],
+        [{"type": "TOOL_CALL_END", "toolCallId": "c1"}],
+    ),
 }
 
 

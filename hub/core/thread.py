@@ -336,6 +336,7 @@ class Thread:
     def _end_run(self) -> None:
         self.run = None
         self.streaming.end_run()
+        self.owners.clear()  # the next run seeds them again from the messages held
 
     def _on_state_snapshot(self, event: Event) -> Event:
         self.doc.root = copy.deepcopy(event["snapshot"])

@@ -181,6 +181,14 @@ async def test_three_callers_at_once_on_two_nodes_run_one_after_another_in_order
 
         answers = await asyncio.gather(ask(n0, 1), ask(n1, 2), ask(n0, 3))
         assert [a.status_code for a in answers] == [202] * 3, [a.text for a in answers]
+        # All three queued behind the held run (one answer without a place started at once:
+        # the held run had ended; failed once in a clean-clone CI run, cause not found yet).
+        assert all("position" in a.json() for a in answers), (
+            [a.text for a in answers],
+            n1.thread("q-nodes")["run"],
+            n0.log()[-3000:],
+            n1.log()[-3000:],
+        )
         queued = sorted((a.json()["position"], a.json()["runId"]) for a in answers)
         assert [place for place, _ in queued] == [1, 2, 3], queued
         order = [run_id for _, run_id in queued]

@@ -39,6 +39,15 @@ def _resumed(run_id: str, payload: Any) -> dict[str, Any]:
     return {"type": "RUN_STARTED", "threadId": THREAD, "runId": run_id, "input": given}
 
 
+async def _ask(hub: HubProcess) -> None:
+    """An agent's run that ends asking the thread's INTERRUPT (stored when this returns)."""
+    asker = await _agent(hub)
+    await asker.send({"type": "RUN_STARTED", "threadId": THREAD, "runId": "r1"})
+    end = {"type": "interrupt", "interrupts": [INTERRUPT]}
+    await asker.send({"type": "RUN_FINISHED", "threadId": THREAD, "runId": "r1", "outcome": end})
+    await asker.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 2)
+
+
 async def _answer(agent: Client) -> dict[str, Any]:
     """The hub's answer to the agent's first frame: its error, or its acknowledgement."""
     got = await agent.recv_until(
@@ -52,11 +61,7 @@ async def test_runtimes_answering_at_once_on_two_nodes_open_one_resumed_run(
 ) -> None:
     a = start_hub(store=redis_server.url)
     b = start_hub(store=redis_server.url)
-    asker = await _agent(a)
-    await asker.send({"type": "RUN_STARTED", "threadId": THREAD, "runId": "r1"})
-    end = {"type": "interrupt", "interrupts": [INTERRUPT]}
-    await asker.send({"type": "RUN_FINISHED", "threadId": THREAD, "runId": "r1", "outcome": end})
-    await asker.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 2)
+    await _ask(a)
     tab = await Client.open(f"{b.url}/v1/threads/{THREAD}")
     welcome = await tab.recv()
     assert welcome["value"]["interrupts"] == [INTERRUPT]
@@ -95,11 +100,7 @@ async def test_a_resumed_run_the_thread_refuses_gives_its_claim_back(
     start_hub: Callable[..., HubProcess],
 ) -> None:
     hub = start_hub()
-    asker = await _agent(hub)
-    await asker.send({"type": "RUN_STARTED", "threadId": THREAD, "runId": "r1"})
-    end = {"type": "interrupt", "interrupts": [INTERRUPT]}
-    await asker.send({"type": "RUN_FINISHED", "threadId": THREAD, "runId": "r1", "outcome": end})
-    await asker.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 2)
+    await _ask(hub)
 
     # Refused by the thread for another reason than the answer (a RUN_STARTED naming
     # another thread): the claim it made is given back...
@@ -144,11 +145,7 @@ async def test_the_events_of_a_run_refused_at_its_start_never_enter_the_winners_
     the winner's reply only. Before, the loser's message streamed into the winner's run."""
     a = start_hub(store=redis_server.url)
     b = start_hub(store=redis_server.url)
-    asker = await _agent(a)
-    await asker.send({"type": "RUN_STARTED", "threadId": THREAD, "runId": "r1"})
-    end = {"type": "interrupt", "interrupts": [INTERRUPT]}
-    await asker.send({"type": "RUN_FINISHED", "threadId": THREAD, "runId": "r1", "outcome": end})
-    await asker.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 2)
+    await _ask(a)
 
     runtimes = [await _agent(node) for node in (a, b)]
 

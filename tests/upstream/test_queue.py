@@ -69,6 +69,25 @@ async def end_of(client: Client, run_id: str, timeout: float = 15.0) -> str:
         await client.recv(max(0.01, deadline - loop.time()))
 
 
+async def queued_behind_an_agent_run(
+    agent_node: HubProcess, queue_node: HubProcess, thread: str
+) -> tuple[Client, str]:
+    """An agent connection on ``agent_node`` opens a run on ``thread`` (state
+    ``{"runs": 5, "log": ["mine"]}``); once ``queue_node`` sees it, a run of agent ``counter``
+    is queued there behind it, first in line. Returns the agent connection and that run's id."""
+    producer = await Client.open(f"{agent_node.ws}/v1/threads/{thread}/agent")
+    await producer.recv_until(lambda e: is_custom(e, "hub.welcome"))
+    await producer.send({"type": "RUN_STARTED", "threadId": thread, "runId": "own"})
+    await producer.send({"type": "STATE_SNAPSHOT", "snapshot": {"runs": 5, "log": ["mine"]}})
+    await producer.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] >= 2)
+    await wait_for(lambda: queue_node.thread(thread)["run"] is not None)
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
+        body = {"agent": "counter", "policy": "enqueue", "messages": [user("u1", "next")]}
+        queued = await http.post(f"{queue_node.http}/v1/threads/{thread}/runs", json=body)
+    assert queued.status_code == 202 and queued.json()["position"] == 1, queued.text
+    return producer, str(queued.json()["runId"])
+
+
 def inputs_of(agent: AgentServer, run_id: str) -> dict[str, Any]:
     found = [i for i in agent.inputs if i["runId"] == run_id]
     assert len(found) == 1, (run_id, len(found))
@@ -253,17 +272,7 @@ async def test_a_run_queued_behind_an_agent_connection_s_run_starts_when_that_on
     args = agent_args(agent, tmp_path)
     n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
     tab = await consumer(n1, "q-agent")
-    producer = await Client.open(f"{n0.ws}/v1/threads/q-agent/agent")
-    await producer.recv_until(lambda e: is_custom(e, "hub.welcome"))
-    await producer.send({"type": "RUN_STARTED", "threadId": "q-agent", "runId": "own"})
-    await producer.send({"type": "STATE_SNAPSHOT", "snapshot": {"runs": 5, "log": ["mine"]}})
-    await producer.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] >= 2)
-    await wait_for(lambda: n1.thread("q-agent")["run"] is not None)
-    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
-        body = {"agent": "counter", "policy": "enqueue", "messages": [user("u1", "next")]}
-        queued = await http.post(f"{n1.http}/v1/threads/q-agent/runs", json=body)
-    assert queued.status_code == 202 and queued.json()["position"] == 1, queued.text
-    run_id = queued.json()["runId"]
+    producer, run_id = await queued_behind_an_agent_run(n0, n1, "q-agent")
     await asyncio.sleep(1.5)
     assert not [i for i in agent.inputs if i["threadId"] == "q-agent"]  # still waiting
     await producer.send({"type": "RUN_FINISHED", "threadId": "q-agent", "runId": "own"})

@@ -14,7 +14,14 @@ import httpx
 from agents import AgentServer
 from redis_support import RedisServer
 from support import Client, HubProcess, is_custom
-from test_queue import end_of, inputs_of, run_bounds, started_runs, wait_for
+from test_queue import (
+    end_of,
+    inputs_of,
+    queued_behind_an_agent_run,
+    run_bounds,
+    started_runs,
+    wait_for,
+)
 from test_runs import agent_args, consumer, user
 
 from hub.server.run_queue import HOLD_TTL
@@ -96,17 +103,7 @@ async def test_a_run_queued_by_a_node_that_died_starts_when_the_agent_connection
     args = agent_args(agent, tmp_path)
     n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
     tab = await consumer(n1, "q-orphan")
-    producer = await Client.open(f"{n1.ws}/v1/threads/q-orphan/agent")
-    await producer.recv_until(lambda e: is_custom(e, "hub.welcome"))
-    await producer.send({"type": "RUN_STARTED", "threadId": "q-orphan", "runId": "own"})
-    await producer.send({"type": "STATE_SNAPSHOT", "snapshot": {"runs": 5, "log": ["mine"]}})
-    await producer.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["seq"] >= 2)
-    await wait_for(lambda: n0.thread("q-orphan")["run"] is not None)
-    async with httpx.AsyncClient(timeout=10, trust_env=False) as http:
-        body = {"agent": "counter", "policy": "enqueue", "messages": [user("u1", "next")]}
-        queued = await http.post(f"{n0.http}/v1/threads/q-orphan/runs", json=body)
-    assert queued.status_code == 202 and queued.json()["position"] == 1, queued.text
-    run_id = queued.json()["runId"]
+    producer, run_id = await queued_behind_an_agent_run(n1, n0, "q-orphan")
     n0.kill()  # SIGKILL by its PID: it queued the run, and nobody else waits on it
     # Both nodes show the queue; n1 still does after n0 died.
     assert [q["runId"] for q in n1.thread("q-orphan")["queue"]] == [run_id]

@@ -275,16 +275,7 @@ describe("interrupts answered from the clients, on a real hub", { skip: hubMissi
         basePath: "/api",
         activateChannels: false,
       });
-    const body = (runId, payload) => ({
-      threadId: thread,
-      runId,
-      state: {},
-      messages: [],
-      tools: [],
-      context: [],
-      forwardedProps: {},
-      resume: [approve(thread, payload)],
-    });
+    const body = (runId, payload) => resumeInput(thread, runId, payload);
     const post = (handler, runId, payload) =>
       handler(
         new Request("http://runtime.test/api/agent/default/run", {

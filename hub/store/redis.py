@@ -57,6 +57,7 @@ import secrets
 import struct
 import time
 from collections.abc import Collection, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -428,15 +429,80 @@ class _Appends:
         self.store = store
         self._queued: list[_Queued] = []
         self._sender: asyncio.Task[None] | None = None
+        #: The fast path (a single Redis over TCP, hub.store.resp): a pipeline is in flight,
+        #: or a flush is due at the end of this loop turn.
+        self._in_flight = False
+        self._flushing = False
+        self._retries: set[asyncio.Future[None]] = set()
 
     def send(
         self, keys: list[str], args: list[Any], touch: list[Any] | None = None
     ) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._queued.append(([len(keys), *keys, *args], future, touch))
-        if self._sender is None or self._sender.done():
+        if self.store._resp is not None:
+            # No task per pipeline: sent by a callback once this loop turn's appends are all
+            # queued, answered by the callback of its reply (hub.store.resp.RespConnection).
+            if not self._in_flight and not self._flushing:
+                self._flushing = True
+                loop.call_soon(self._flush)
+        elif self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._run(), name="redis-appends")
         return future
+
+    def _flush(self) -> None:
+        self._flushing = False
+        resp = self.store._resp
+        if self._in_flight or not self._queued or resp is None:
+            return
+        batch, self._queued = self._queued[:PIPELINE_MAX], self._queued[PIPELINE_MAX:]
+        sha = self.store._append.sha
+        self._in_flight = True
+        sent = resp.send([["EVALSHA", sha, *command] for command, _, _ in batch])
+        sent.add_done_callback(partial(self._answered, batch))
+
+    def _answered(self, batch: list[_Queued], sent: asyncio.Future[list[Any]]) -> None:
+        """The reply to a fast-path pipeline: every append's answer; what was queued meanwhile
+        goes now, in the next one."""
+        self._in_flight = False
+        failed = sent.exception() if not sent.cancelled() else asyncio.CancelledError()
+        if failed is not None:  # the round trip failed: every append in it is in doubt
+            for _, future, _ in batch:
+                if not future.done():
+                    future.set_exception(failed)
+        else:
+            again: list[_Queued] = []
+            for queued, reply in zip(batch, sent.result(), strict=True):
+                future = queued[1]
+                if future.done():
+                    continue
+                if isinstance(reply, NoScriptError):
+                    again.append(queued)  # Redis restarted (or flushed its scripts)
+                elif isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+            if again:
+                retry = asyncio.ensure_future(self._again(again))
+                self._retries.add(retry)
+                retry.add_done_callback(self._retries.discard)
+        if self._queued:
+            self._flush()
+
+    async def _again(self, batch: list[_Queued]) -> None:
+        """Appends Redis did not know the script of: load it, send those again."""
+        try:
+            replies = await self._pipeline(self.store._append, [c for c, _, _ in batch])
+        except Exception as exc:
+            replies = [exc] * len(batch)
+        for (_, future, _), reply in zip(batch, replies, strict=True):
+            if future.done():
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
 
     async def _run(self) -> None:
         while self._queued:

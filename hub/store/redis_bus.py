@@ -111,7 +111,9 @@ class RedisBus(Bus):
             return self.client.pubsub()
         own = connection_for(self.client)
         if own is not None:  # a single Redis over TCP: what one read brought, parsed in C
-            return RespPubSub(own, self._connected)
+            # The node's own publications are dropped as they are parsed: one per append it
+            # makes, each of which would wake this reader for nothing.
+            return RespPubSub(own, self._connected, skip=self.origin)
         return _NotingPubSub(self.client.connection_pool, bus=self)
 
     async def _listen(self, *channels: str) -> None:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import hiredis
@@ -88,8 +89,9 @@ def connection_for(client: Any) -> RespConnection | None:
 class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.reader = hiredis.Reader(replyError=ResponseError)
-        #: Round trips in flight, oldest first: (replies expected, replies so far, future).
-        self.waiting: deque[tuple[int, list[Any], asyncio.Future[list[Any]]]] = deque()
+        #: Round trips in flight, oldest first: (replies expected, replies so far, future,
+        #: the loop time by which it must be answered).
+        self.waiting: deque[tuple[int, list[Any], asyncio.Future[list[Any]], float]] = deque()
         self.transport: asyncio.Transport | None = None
         self.lost = False
 
@@ -116,7 +118,7 @@ class _Protocol(asyncio.Protocol):
                 if self.transport is not None:
                     self.transport.abort()
                 return
-            count, replies, future = waiting[0]
+            count, replies, future, _ = waiting[0]
             if isinstance(reply, ResponseError):
                 reply = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
             replies.append(reply)
@@ -132,7 +134,7 @@ class _Protocol(asyncio.Protocol):
 
     def _fail(self, exc: Exception) -> None:
         waiting, self.waiting = self.waiting, deque()
-        for _, _, future in waiting:
+        for _, _, future, _ in waiting:
             if not future.done():
                 future.set_exception(exc)
 
@@ -145,7 +147,12 @@ PUSHES_HIGH = 10_000
 
 class RespConnection:
     """One connection to one Redis, pipelined: round trips may overlap (replies come back in
-    order), each :meth:`execute` answers its own commands."""
+    order), each :meth:`execute` (or :meth:`send`) answers its own commands.
+
+    A round trip not answered within ``timeout`` seconds fails with everything in flight, and
+    the connection is dropped (its stream is out of step). One timer per connection watches
+    the oldest round trip, not one per call: arming and cancelling a timer for each round
+    trip was a visible part of a busy node's profile (issue 17)."""
 
     def __init__(
         self,
@@ -163,6 +170,8 @@ class RespConnection:
         self.connect_timeout, self.timeout = connect_timeout, timeout
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
+        #: The watch on the oldest round trip in flight (see the class's text).
+        self._watch: asyncio.TimerHandle | None = None
 
     async def execute(self, commands: list[list[Any]]) -> list[Any]:
         """Send ``commands`` in one write and return their replies, in order: a value, or the
@@ -171,21 +180,48 @@ class RespConnection:
         if not commands:
             return []
         protocol = await self._connected()
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await self._send(protocol, commands)
-        except TimeoutError:
-            # The replies may still come: the stream is out of step with our waiters. Drop it.
-            self._drop(protocol)
-            raise RedisTimeoutError(f"no answer from Redis within {self.timeout:g} s") from None
+        return await self._timed(protocol, commands)
 
-    def _send(self, protocol: _Protocol, commands: list[list[Any]]) -> asyncio.Future[list[Any]]:
+    def send(self, commands: list[list[Any]]) -> asyncio.Future[list[Any]]:
+        """:meth:`execute` without a task: written now when the connection is up (else once
+        it is), answered through the future."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost or protocol.transport is None:
+            return asyncio.ensure_future(self.execute(commands))
+        return self._timed(protocol, commands)
+
+    def _timed(self, protocol: _Protocol, commands: list[list[Any]]) -> asyncio.Future[list[Any]]:
+        loop = asyncio.get_running_loop()
+        future = self._send(protocol, commands, loop.time() + self.timeout)
+        if self._watch is None and protocol.waiting:
+            self._watch = loop.call_later(self.timeout, self._check)
+        return future
+
+    def _check(self) -> None:
+        """The watch: fail the round trips in flight if the oldest is overdue, else look
+        again when it will be."""
+        self._watch = None
+        protocol = self._protocol
+        if protocol is None or not protocol.waiting:
+            return
+        loop = asyncio.get_running_loop()
+        left = protocol.waiting[0][3] - loop.time()
+        if left > 0:
+            self._watch = loop.call_later(min(left, self.timeout), self._check)
+            return
+        # The replies may still come: the stream is out of step with our waiters. Drop it.
+        protocol._fail(RedisTimeoutError(f"no answer from Redis within {self.timeout:g} s"))
+        self._drop(protocol)
+
+    def _send(
+        self, protocol: _Protocol, commands: list[list[Any]], deadline: float = float("inf")
+    ) -> asyncio.Future[list[Any]]:
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         transport = protocol.transport
         if transport is None or transport.is_closing():
             future.set_exception(RedisConnectionError("the connection to Redis is closed"))
             return future
-        protocol.waiting.append((len(commands), [], future))
+        protocol.waiting.append((len(commands), [], future, deadline))
         transport.write(pack_commands(commands))
         return future
 
@@ -248,6 +284,9 @@ class RespConnection:
             self._protocol = None
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         protocol, self._protocol = self._protocol, None
         if protocol is not None and protocol.transport is not None:
             protocol.transport.close()
@@ -259,11 +298,14 @@ class _PushProtocol(_Protocol):
     """A subscribed connection: replies to the handshake go to their waiters, everything after
     is a push (``message``, or a subscription's confirmation)."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip: bytes = b"") -> None:
         super().__init__()
         self.pushes: deque[list[Any]] = deque()
         self.arrived = asyncio.Event()
         self.paused = False
+        #: Messages whose data starts with this are dropped as they are parsed (a node's own
+        #: publications, which it has no use for); empty: none.
+        self.skip = skip
 
     def data_received(self, data: bytes) -> None:
         if self.waiting:  # the handshake (AUTH) is answered first
@@ -272,6 +314,7 @@ class _PushProtocol(_Protocol):
         reader = self.reader
         reader.feed(data)
         pushes = self.pushes
+        skip = self.skip
         while True:
             try:
                 reply = reader.gets()
@@ -283,8 +326,11 @@ class _PushProtocol(_Protocol):
             if reply is False:
                 break
             if isinstance(reply, list) and len(reply) == 3:
+                if skip and reply[0] == b"message" and reply[2].startswith(skip):
+                    continue
                 pushes.append(reply)
-        self.arrived.set()
+        if pushes:
+            self.arrived.set()
         if len(pushes) >= PUSHES_HIGH and not self.paused and self.transport is not None:
             # Bounded: the rest waits in the kernel, then in Redis, whose output buffer limit
             # for pub/sub clients drops a reader that stays behind (the bus then catches up).
@@ -313,9 +359,12 @@ class RespPubSub:
     :meth:`get_message` (and from :meth:`subscribe`), and the bus starts a new one and catches
     up from the store. ``on_connect`` is called once the connection is up."""
 
-    def __init__(self, connection: RespConnection, on_connect: Callable[[], None]) -> None:
+    def __init__(
+        self, connection: RespConnection, on_connect: Callable[[], None], skip: bytes = b""
+    ) -> None:
         self._settings = connection
         self._on_connect = on_connect
+        self._skip = skip
         self._protocol: _PushProtocol | None = None
         self._connecting = asyncio.Lock()
 
@@ -323,7 +372,9 @@ class RespPubSub:
         async with self._connecting:
             protocol = self._protocol
             if protocol is None:
-                protocol = await self._settings._connect(_PushProtocol, select=False)
+                protocol = await self._settings._connect(
+                    partial(_PushProtocol, self._skip), select=False
+                )
                 self._protocol = protocol
                 self._on_connect()
             if protocol.lost or protocol.transport is None:

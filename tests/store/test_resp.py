@@ -154,6 +154,33 @@ async def test_a_stalled_round_trip_times_out_and_the_next_is_in_step(redis_url:
         await client.aclose()
 
 
+async def test_round_trips_sent_without_a_task_are_watched_by_one_timer(redis_url: str) -> None:
+    """``send`` (the appends' path: no task, no timer per call): answered round trips are
+    answered; a stalled one fails within about its timeout with every one in flight behind
+    it, though none of them awaited anything; the connection after it is in step."""
+    client = Redis.from_url(redis_url)
+    fast = connection_for(client)
+    assert fast is not None
+    fast.timeout = 0.3
+    try:
+        await fast.execute([["PING"]])  # connected: send() writes at once
+        quick = [fast.send([["PING"], ["ECHO", str(i)]]) for i in range(20)]
+        assert [await f for f in quick] == [[b"PONG", str(i).encode()] for i in range(20)]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        stalled = fast.send([["BLPOP", "resp:never-sent", 2]])  # Redis answers in 2 s
+        behind = fast.send([["PING"]])
+        for future in (stalled, behind):
+            with pytest.raises(RedisTimeoutError):
+                await future
+        assert 0.25 <= loop.time() - started < 1.5
+        await client.rpush("resp:soon-sent", b"b")
+        assert await fast.send([["LPOP", "resp:soon-sent"]]) == [b"b"]
+    finally:
+        await fast.close()
+        await client.aclose()
+
+
 # -- pub/sub ------------------------------------------------------------------------------------
 
 
@@ -187,6 +214,30 @@ async def test_pubsub_hears_in_order_and_stops_on_unsubscribe(redis_url: str) ->
         assert await _messages(pubsub, 1) == [(b"resp:b", b"heard")]
         assert await pubsub.get_message(timeout=0.2) is None
         assert connects == [1]  # one connection, told once
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+
+
+async def test_pubsub_drops_the_messages_that_start_with_its_skip_prefix(redis_url: str) -> None:
+    """A node's own publications (they start with its origin) are dropped as they are parsed,
+    in every channel; every other message comes, in order, whatever it starts with."""
+    client = Redis.from_url(redis_url)
+    own = connection_for(client)
+    assert own is not None
+    pubsub = RespPubSub(own, lambda: None, skip=b"node-me:")
+    try:
+        await pubsub.subscribe("resp:s1", "resp:s2")
+        await asyncio.sleep(0.1)
+        sent = []
+        for i in range(40):
+            data = (b"node-me:" if i % 3 == 0 else b"node-m:" if i % 3 == 1 else b"") + b"%d" % i
+            channel = "resp:s1" if i % 2 else "resp:s2"
+            await client.publish(channel, data)
+            if i % 3:
+                sent.append((channel.encode(), data))
+        assert await _messages(pubsub, len(sent)) == sent
+        assert await pubsub.get_message(timeout=0.2) is None
     finally:
         await pubsub.aclose()
         await client.aclose()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 from collections.abc import Callable
 from typing import Any, Literal
 
 import msgpack
 import orjson
-from websockets.frames import Frame as WsFrame
 from websockets.frames import Opcode
 
 from ..errors import BadFrame, LimitExceeded
@@ -83,7 +83,15 @@ def json_bytes(obj: Any) -> bytes:
     """Compact JSON as UTF-8, exactly the JSON ``json.dumps(separators=(",", ":"),
     ensure_ascii=False, allow_nan=False)`` writes (floats may be spelt differently, ``1e16``
     for ``1e+16``: the same numbers), 10-20 times faster: orjson. Every event is encoded once
-    for all its consumers, but once per event all the same, on the node that takes it.
+    for all its consumers, but once per event all the same, on the node that takes it."""
+    # orjson's bytes keep the whole buffer it wrote into (4 KiB for a 200-byte event), and a
+    # thread keeps its recent frames: a copy of the exact size, for a fraction of a microsecond.
+    return memoryview(_json_untrimmed(obj)).tobytes()
+
+
+def _json_untrimmed(obj: Any) -> bytes:
+    """:func:`json_bytes`, but maybe in a buffer larger than its length (orjson's): for bytes
+    copied at once into others (a WebSocket frame), not kept.
 
     orjson writes NaN and infinity as ``null`` where the standard library refuses them, and
     refuses what the standard library writes (integers past 64 bits, keys that are not
@@ -95,9 +103,7 @@ def json_bytes(obj: Any) -> bytes:
         data = b"null"
     if b"null" in data:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-    # orjson's bytes keep the whole buffer it wrote into (4 KiB for a 200-byte event), and a
-    # thread keeps its recent frames: a copy of the exact size, for a fraction of a microsecond.
-    return memoryview(data).tobytes()
+    return data
 
 
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -154,64 +160,118 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
+#: The first byte of a final text frame, and of a final binary frame (RFC 6455 5.2).
+_TEXT_HEAD = 0x80 | Opcode.TEXT.value
+_BINARY_HEAD = 0x80 | Opcode.BINARY.value
+
+
+def _ws_header(head: int, size: int) -> bytes:
+    """The header of an unmasked WebSocket frame (a server's) whose first byte is ``head`` and
+    payload ``size`` bytes: what the websockets library's serializer writes for it."""
+    if size < 126:
+        return bytes((head, size))
+    if size < 65536:
+        return struct.pack("!BBH", head, 126, size)
+    return struct.pack("!BBQ", head, 127, size)
+
+
+def _ws_payload(frame: bytes) -> bytes:
+    """The payload of a frame :func:`_ws_header` began (a copy)."""
+    size = frame[1]
+    return frame[2 if size < 126 else 4 if size == 126 else 10 :]
+
+
+#: Keys of msgpack's bytes in :attr:`Frame._more` (ints: no form's name).
+_MSGPACK_DATA = 0
+_MSGPACK_WIRE = 1
+
+
 class Frame:
     """One outbound object, encoded at most once per encoding however many consumers get it.
 
     JSON is kept as UTF-8 bytes and sent as a text frame, so not even the UTF-8 step is
-    repeated per consumer.
+    repeated per consumer. A frame keeps one bytes object per encoding where it can: the whole
+    WebSocket frame (:meth:`wire`) when it was built first, as a live frame's is (its payload,
+    :meth:`data`, is cut from it when asked), else the payload (and the WebSocket frame made
+    from it when asked). A thread keeps its recent frames encoded: one copy of each event's
+    JSON, not two, and no dict per frame for it.
     """
 
-    __slots__ = ("_json", "_msgpack", "_wire", "event")
+    __slots__ = ("_json", "_more", "_wire", "event")
 
     def __init__(self, event: dict[str, Any]) -> None:
         self.event = event
+        #: The JSON payload, and the JSON WebSocket frame; None until built.
         self._json: bytes | None = None
-        self._msgpack: bytes | None = None
-        #: Whole frames by encoding (see :meth:`wire`), and other forms by name (:meth:`form`);
-        #: None until the first is built.
-        self._wire: dict[str, bytes] | None = None
+        self._wire: bytes | None = None
+        #: msgpack's payload and frame (by :data:`_MSGPACK_DATA`, :data:`_MSGPACK_WIRE`), and
+        #: other forms by name (:meth:`form`); None until the first is built.
+        self._more: dict[str | int, bytes] | None = None
 
     def wire(self, encoding: Encoding) -> bytes:
         """The whole WebSocket frame a server sends (header and payload; server frames are
-        not masked), built once with the websockets library's own serializer."""
-        built = self._wire
-        if built is None:
-            built = self._wire = {}
-        else:
-            frame = built.get(encoding)
-            if frame is not None:
-                return frame
-        opcode = Opcode.BINARY if encoding == MSGPACK else Opcode.TEXT
-        frame = built[encoding] = WsFrame(opcode, self.data(encoding)).serialize(
-            mask=False, extensions=[]
-        )
+        not masked), byte for byte what the websockets library's serializer writes, built
+        once: from the payload if it was built, else straight from ``event`` (the payload
+        is then not kept apart: :meth:`data` cuts it from the frame)."""
+        if encoding == MSGPACK:
+            more = self._more
+            if more is None:
+                more = self._more = {}
+            else:
+                frame = more.get(_MSGPACK_WIRE)
+                if frame is not None:
+                    return frame
+            data = more.get(_MSGPACK_DATA)
+            if data is None:
+                data = msgpack.packb(self.event, use_bin_type=True)
+            frame = more[_MSGPACK_WIRE] = _ws_header(_BINARY_HEAD, len(data)) + data
+            return frame
+        frame = self._wire
+        if frame is None:
+            data = self._json
+            if data is None:
+                data = _json_untrimmed(self.event)  # copied into the frame: no trim
+            frame = self._wire = _ws_header(_TEXT_HEAD, len(data)) + data
         return frame
 
     def form(self, name: str, build: Callable[[Frame], bytes]) -> bytes:
         """Another form of the frame (an SSE message, say), built once by ``build``."""
-        built = self._wire
-        if built is None:
-            built = self._wire = {}
-        data = built.get(name)
+        more = self._more
+        if more is None:
+            more = self._more = {}
+        data = more.get(name)
         if data is None:
-            data = built[name] = build(self)
+            data = more[name] = build(self)
         return data
 
     def retire(self) -> None:
         """Let go of every encoding built so far: the frame is kept (a thread's recent log) but
         not expected to be sent again soon. Built again, from ``event``, if it is; ``event``
         must not have changed since (the thread's log events never do)."""
-        self._json = self._msgpack = None
-        self._wire = None
+        self._json = self._wire = None
+        self._more = None
 
     def data(self, encoding: Encoding) -> bytes:
+        """The payload in ``encoding``, built once (cut from the WebSocket frame if that was
+        built first)."""
         if encoding == MSGPACK:
-            if self._msgpack is None:
-                self._msgpack = msgpack.packb(self.event, use_bin_type=True)
-            return self._msgpack
-        if self._json is None:
-            self._json = json_bytes(self.event)
-        return self._json
+            more = self._more
+            if more is None:
+                more = self._more = {}
+            data = more.get(_MSGPACK_DATA)
+            if data is None:
+                frame = more.get(_MSGPACK_WIRE)
+                data = more[_MSGPACK_DATA] = (
+                    msgpack.packb(self.event, use_bin_type=True)
+                    if frame is None
+                    else _ws_payload(frame)
+                )
+            return data
+        data = self._json
+        if data is None:
+            frame = self._wire
+            data = self._json = json_bytes(self.event) if frame is None else _ws_payload(frame)
+        return data
 
     def freeze(self, *encodings: Encoding) -> Frame:
         """Encode now, so later changes to the objects it references cannot leak into it."""
@@ -220,21 +280,27 @@ class Frame:
         return self
 
     def encoded(self) -> list[tuple[Encoding, bytes]]:
-        """The encodings built so far, with their bytes."""
+        """The encodings built so far (as payload or as WebSocket frame), with their payloads."""
         done: list[tuple[Encoding, bytes]] = []
-        if self._json is not None:
-            done.append((JSON, self._json))
-        if self._msgpack is not None:
-            done.append((MSGPACK, self._msgpack))
+        if self._json is not None or self._wire is not None:
+            done.append((JSON, self.data(JSON)))
+        more = self._more
+        if more is not None and (_MSGPACK_DATA in more or _MSGPACK_WIRE in more):
+            done.append((MSGPACK, self.data(MSGPACK)))
         return done
 
     def preset(self, encoding: Encoding, data: bytes) -> None:
         """Give the frame its bytes in ``encoding``, built by the caller (who answers for
         them being ``event`` encoded), so they are not built from ``event``."""
         if encoding == MSGPACK:
-            self._msgpack = data
+            more = self._more
+            if more is None:
+                more = self._more = {}
+            more[_MSGPACK_DATA] = data
+            more.pop(_MSGPACK_WIRE, None)  # made from these, if asked
         else:
             self._json = data
+            self._wire = None
 
 
 def ack_wire(seq: int, count: int) -> bytes:
@@ -243,9 +309,4 @@ def ack_wire(seq: int, count: int) -> bytes:
     JSON, or the frame through the serializer: an agent gets one per acknowledgement interval,
     so at a few events a second, one per event."""
     payload = b'{"type":"CUSTOM","name":"hub.ack","value":{"seq":%d,"count":%d}}' % (seq, count)
-    size = len(payload)  # under 126 for any seq and count below 10**25
-    if size < 126:
-        return bytes((0x81, size)) + payload
-    return Frame({"type": "CUSTOM", "name": "hub.ack", "value": {"seq": seq, "count": count}}).wire(
-        JSON
-    )
+    return _ws_header(_TEXT_HEAD, len(payload)) + payload

@@ -56,6 +56,22 @@ async def write_prebuilt(ws: Any, data: bytes) -> None:
         await ws.drain()
 
 
+def writable_now(ws: Any) -> bool:
+    """Whether a whole frame may be written straight to ``ws``'s transport now, without
+    waiting (see :func:`write_prebuilt`): open, and its buffer empty."""
+    transport = ws.transport
+    return (
+        ws.protocol.state is State.OPEN
+        and not transport.is_closing()
+        and not transport.get_write_buffer_size()
+    )
+
+
+def write_direct(ws: Any, data: bytes) -> None:
+    """:func:`write_prebuilt` for a connection :func:`writable_now` said may take it now."""
+    ws.transport.write(data)
+
+
 def _supports_direct_writes(socket: object) -> bool:
     protocol = getattr(socket, "protocol", None)
     return (

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
@@ -33,7 +34,12 @@ from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
 from hub.server.logs import about
 from hub.server.node import Change
-from hub.server.outbox import supports_direct_writes, write_prebuilt
+from hub.server.outbox import (
+    supports_direct_writes,
+    writable_now,
+    write_direct,
+    write_prebuilt,
+)
 from hub.server.transport.common import Connection, Peer, Route, ThreadEndpoint, WebSocket, done
 from hub.store.base import seq_of
 from hub.wire import control
@@ -180,8 +186,7 @@ class AgentEndpoint(ThreadEndpoint):
                 run.started = False  # the run is refused whole
             future = done(Outcome(error=exc))
         state.pending.append((state.frames, future, reply))
-        if len(state.pending) == 1:
-            state.wake.set()  # the answer loop waits on the oldest only
+        future.add_done_callback(state.on_settled)
 
     def _publishing(
         self,
@@ -278,14 +283,30 @@ class AgentEndpoint(ThreadEndpoint):
     ) -> None:
         """Answer an agent's frames in order: an error (with the frame's index) as soon as the
         frame is settled, an acknowledgement every ``ack_interval`` for the frames whose events
-        the store holds (refused frames included: they produced nothing to wait for)."""
-        interval = self.config.ack_interval
+        the store holds (refused frames included: they produced nothing to wait for).
+
+        What needs no waiting is answered by :meth:`_advance` from the frames' own callbacks
+        while this task sleeps (an acknowledgement written straight to the socket), so an
+        agent sending a few events a second costs no task wake-up per event; this task does
+        what must wait: errors and replies, the interval between acknowledgements, a socket
+        whose buffer did not empty."""
         loop = asyncio.get_running_loop()
-        direct = supports_direct_writes(ws)
-        acked_at = -interval
+        direct = supports_direct_writes(ws) and encoding == JSON
+        state.on_settled = partial(self._settled, ws, loaded, state, direct)
         while True:
             state.wake.clear()
-            while state.pending and state.pending[0][1].done():
+            delay = self._advance(ws, loaded, state, direct)
+            if delay is None:
+                state.idle = True
+                try:
+                    await state.wake.wait()
+                finally:
+                    state.idle = False
+                continue
+            if delay > 0:
+                await asyncio.sleep(delay)  # acknowledgements are batched
+                continue
+            if state.pending and state.pending[0][1].done():  # an error or a reply, in order
                 index, future, reply = state.pending.popleft()
                 outcome = future.result()
                 if outcome.events:
@@ -295,26 +316,61 @@ class AgentEndpoint(ThreadEndpoint):
                 if reply is not None:
                     await ws.send(encode(reply, encoding))
                 state.answered.append((index, state.last_seq))
-            while state.answered and state.answered[0][1] <= loaded.persisted_seq:
-                state.stored_frames = state.answered.popleft()[0]
-            if state.stored_frames != state.acked_frames:
-                wait = acked_at + interval - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)  # acknowledgements are batched
-                    continue
-                state.acked_frames, acked_at = state.stored_frames, loop.time()
-                seq = loaded.persisted_seq
-                if direct and encoding == JSON:  # one per agent and ack interval: straight out
-                    await write_prebuilt(ws, ack_wire(seq, state.acked_frames))
-                else:
-                    await ws.send(encode(control.ack(seq, state.acked_frames), encoding))
                 continue
-            if state.pending:
-                state.pending[0][1].add_done_callback(state.wake_up)
-            elif state.answered:  # answered, not yet stored (node-local stores store behind)
-                await asyncio.sleep(interval)
-                continue
-            await state.wake.wait()
+            # An acknowledgement the socket could not take at once.
+            state.acked_frames, state.acked_at = state.stored_frames, loop.time()
+            seq = loaded.persisted_seq
+            if direct:
+                await write_prebuilt(ws, ack_wire(seq, state.acked_frames))
+            else:
+                await ws.send(encode(control.ack(seq, state.acked_frames), encoding))
+
+    def _settled(
+        self,
+        ws: WebSocket,
+        loaded: LoadedThread,
+        state: _ProducerState,
+        direct: bool,
+        _: object,
+    ) -> None:
+        """A frame's outcome is known. While the answer loop sleeps, answer it here; wake the
+        loop only for what must wait. (While the loop runs, it looks again before it sleeps.)"""
+        if state.idle and self._advance(ws, loaded, state, direct) is not None:
+            state.wake.set()
+
+    def _advance(
+        self, ws: WebSocket, loaded: LoadedThread, state: _ProducerState, direct: bool
+    ) -> float | None:
+        """Take the settled frames in order and acknowledge what the store holds, as far as
+        that needs no waiting. None: nothing left but frames not settled yet; 0: the loop must
+        send (an error, a reply, or an acknowledgement the socket cannot take at once); else
+        the seconds until the next acknowledgement is due."""
+        pending = state.pending
+        while pending and pending[0][1].done():
+            index, future, reply = pending[0]
+            outcome = future.result()
+            if outcome.error is not None or reply is not None:
+                return 0.0
+            pending.popleft()
+            if outcome.events:
+                state.last_seq = seq_of(outcome.events[-1])
+            state.answered.append((index, state.last_seq))
+        answered = state.answered
+        while answered and answered[0][1] <= loaded.persisted_seq:
+            state.stored_frames = answered.popleft()[0]
+        if state.stored_frames != state.acked_frames:
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            wait = state.acked_at + self.config.ack_interval - now
+            if wait > 0:
+                return wait
+            if not direct or not writable_now(ws):
+                return 0.0
+            state.acked_frames, state.acked_at = state.stored_frames, now
+            write_direct(ws, ack_wire(loaded.persisted_seq, state.acked_frames))
+        if answered:  # answered, not yet stored (node-local stores store behind)
+            return self.config.ack_interval
+        return None
 
 
 def _aborting(exc: MalformedPatch, run: _Run | None) -> Change:
@@ -360,8 +416,14 @@ class _ProducerState:
         self.pending: deque[tuple[int, asyncio.Future[Outcome], dict[str, Any] | None]] = deque()
         #: Frames answered, not yet acknowledged: (index, the last seq up to it).
         self.answered: deque[tuple[int, int]] = deque()
-        #: Set when the oldest frame may have been settled (see AgentEndpoint._answer_loop).
+        #: Wakes the answer loop (see AgentEndpoint._answer_loop), which sleeps (``idle``)
+        #: while there is nothing to answer but frames not settled yet.
         self.wake = asyncio.Event()
+        self.idle = False
+        #: Called as each frame is settled: answers it, or wakes the loop.
+        self.on_settled: Callable[[object], None] = self.wake_up
+        #: When the agent was last acknowledged (loop time).
+        self.acked_at = -1e9
         self.frames = 0
         #: Frames whose events the store holds, and the count the agent was last told.
         self.stored_frames = 0

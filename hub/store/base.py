@@ -7,6 +7,7 @@ come from one writer at a time, in order.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -84,6 +85,12 @@ class Store(ABC):
     @abstractmethod
     async def append(self, thread_id: str, events: list[Event]) -> None:
         """Add sequenced events to the thread's log, keeping only the newest ``retention``."""
+
+    def start_append(self, thread_id: str, events: list[Event]) -> asyncio.Future[None]:
+        """:meth:`append`, started now and answered through a future (what it raises, the
+        future holds). A store that can send an append without a task of its own (Redis, whose
+        appends of one loop turn share one round trip) says so by overriding this."""
+        return asyncio.ensure_future(self.append(thread_id, events))
 
     @abstractmethod
     async def save_record(

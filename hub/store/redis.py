@@ -569,6 +569,30 @@ class _Appends:
             return list(await pipe.execute(raise_on_error=False))
 
 
+def _appended(
+    answer: asyncio.Future[None], thread_id: str, events: list[Event], reply: asyncio.Future[Any]
+) -> None:
+    """An append's reply, as :meth:`RedisStore.append` answers it."""
+    if answer.done():
+        return
+    if reply.cancelled():
+        answer.cancel()
+        return
+    failed = reply.exception()
+    if failed is not None:
+        answer.set_exception(failed)
+        return
+    status, expected, index = reply.result()
+    if status == -1:
+        answer.set_exception(UnknownThread(thread_id))
+    elif status == 0:
+        answer.set_exception(
+            StoreConflict(thread_id, int(expected), seq_of(events[int(index) - 1]))
+        )
+    else:
+        answer.set_result(None)
+
+
 class RedisStore(Store):
     shared = True
 
@@ -844,9 +868,18 @@ class RedisStore(Store):
         Appending is idempotent: events already in the log with the same bytes (a retry after a
         lost reply, which redis-py itself may do on a dropped connection) are skipped, so only
         a different event at a stored seq, or a gap, is a conflict."""
-        keys = thread_keys(thread_id)
+        if events:
+            await self.start_append(thread_id, events)
+
+    def start_append(self, thread_id: str, events: list[Event]) -> asyncio.Future[None]:
+        """:meth:`append` without a task: queued for this loop turn's pipeline
+        (:class:`_Appends`), its reply read by a callback."""
+        loop = asyncio.get_running_loop()
         if not events:
-            return
+            nothing: asyncio.Future[None] = loop.create_future()
+            nothing.set_result(None)
+            return nothing
+        keys = thread_keys(thread_id)
         args: list[Any] = [self.retention, self.origin + struct.pack(">d", time.time())]
         for event in events:
             args += [seq_of(event), pack(event)]
@@ -856,11 +889,9 @@ class RedisStore(Store):
             reply = self._appends.send(list(keys), args, [index_keys(tenant), local_id, run])
         else:
             reply = self._appends.send([*keys, *index_keys(tenant)], [*args, local_id, run])
-        status, expected, index = await reply
-        if status == -1:
-            raise UnknownThread(thread_id)
-        if status == 0:
-            raise StoreConflict(thread_id, int(expected), seq_of(events[int(index) - 1]))
+        answer: asyncio.Future[None] = loop.create_future()
+        reply.add_done_callback(partial(_appended, answer, thread_id, events))
+        return answer
 
     async def save_record(
         self, thread_id: str, record: bytes, position: Position | None = None

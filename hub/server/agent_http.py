@@ -129,6 +129,21 @@ async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
         async with asyncio.timeout(timeout):
             return await reader.read(READ_SIZE)
     except TimeoutError:
+        pass
+    except OSError as exc:
+        raise Broken(f"the connection to the agent broke: {exc!r}") from None
+    # The deadline passed: the agent is silent only if nothing came meanwhile. A node whose
+    # loop stalled past it (a starved process) fires the timer as it wakes, before it reads
+    # what the agent sent meanwhile (uvloop runs timers before it polls; asyncio's loop reads
+    # first, but the timer still cancels the read those bytes had woken). One turn of the
+    # loop puts them in the reader, and a read that need not wait returns them before a zero
+    # timeout fires. Without this look, every run of a node that stalled longer than
+    # agent_timeout ended with agent_timeout, however much its agent had said.
+    await asyncio.sleep(0)
+    try:
+        async with asyncio.timeout(0):
+            return await reader.read(READ_SIZE)
+    except TimeoutError:
         raise Silent(f"nothing from the agent for {timeout:g} s") from None
     except OSError as exc:
         raise Broken(f"the connection to the agent broke: {exc!r}") from None

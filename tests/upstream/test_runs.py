@@ -5,6 +5,8 @@ agent's state and messages across runs, and an agent that fails ends only its ow
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -241,6 +243,35 @@ async def test_a_failing_agent_ends_its_run_with_a_code_and_disturbs_nothing_els
     assert (await run_end(c, again))["type"] == "RUN_FINISHED"
     assert hub.thread("t-fail")["state"]["runs"] == 1
     assert hub.thread("t-bystander")["state"] == {"runs": 1, "log": ["run 1"]}
+
+
+async def test_a_node_that_stalls_longer_than_the_agent_timeout_ends_only_the_silent_runs(
+    hub: HubProcess, agent: AgentServer
+) -> None:
+    """The node stops (SIGSTOP, as a starved process) for longer than --agent-timeout (1 s)
+    while one agent goes on talking (``hold``) and one says nothing (``silent``). When it
+    wakes its timers are due before it reads what came meanwhile (issue 21: a held run ended
+    with agent_timeout under load, so a queued caller found the thread free): only the silent
+    agent's run ends; the talking one stays open until cancelled."""
+    talking = await consumer(hub, "t-talks")
+    quiet = await consumer(hub, "t-quiet")
+    held = await start_run(talking, "hold")
+    silent = await start_run(quiet, "silent")
+    await agent_got(agent, held)
+    await agent_got(agent, silent)
+    assert hub.proc is not None
+    os.kill(hub.proc.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(1.5)  # the hold agent writes every 0.05 s meanwhile
+    finally:
+        os.kill(hub.proc.pid, signal.SIGCONT)
+    end = await run_end(quiet, silent)
+    assert end["type"] == "RUN_ERROR" and end["code"] == "agent_timeout", end
+    await asyncio.sleep(0.3)  # the talking one's read woke in the same turn
+    assert hub.thread("t-talks")["run"] == {"runId": held}
+    await talking.send({"type": "hub.cancel", "runId": held})
+    end = await run_end(talking, held)
+    assert end["type"] == "RUN_ERROR" and end["code"] == "cancelled", end
 
 
 async def test_runs_are_refused_for_unknown_agents_bad_input_and_the_operator_board(

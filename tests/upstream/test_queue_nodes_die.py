@@ -17,12 +17,13 @@ from support import Client, HubProcess, is_custom
 from test_queue import (
     end_of,
     inputs_of,
+    patient_agents,
     queued_behind_an_agent_run,
     run_bounds,
     started_runs,
     wait_for,
 )
-from test_runs import agent_args, consumer, user
+from test_runs import consumer, user
 
 from hub.server.run_queue import HOLD_TTL
 
@@ -39,7 +40,7 @@ async def test_a_node_dying_between_opening_a_queued_run_and_dequeuing_it_never_
     n1 (which adopted the queue n0 watched) takes the same run again, finds its RUN_STARTED
     in the log, and only takes it out of the queue. The run queued behind it starts, once."""
     marker = tmp_path / "dequeue"
-    args = agent_args(agent, tmp_path)
+    args = patient_agents(agent, tmp_path)  # no stall of this process ends the hold run
     wrapper = ("tests.faults.queue_opener_dies", str(marker))
     n0 = start_hub("--node", "n0", *args, store=redis_server.url, module=wrapper)
     n1 = start_hub("--node", "n1", *args, store=redis_server.url)
@@ -100,7 +101,7 @@ async def test_a_run_queued_by_a_node_that_died_starts_when_the_agent_connection
     """n0 queues a run behind an agent connection's run on n1, and is killed: nobody calls
     an agent for that run, so no run's end on n0 would start it. n1 adopts the queue n0 no
     longer watches and starts it when the agent's run ends there."""
-    args = agent_args(agent, tmp_path)
+    args = patient_agents(agent, tmp_path)  # no stall of this process ends the hold run
     n0, n1 = (start_hub("--node", f"n{i}", *args, store=redis_server.url) for i in range(2))
     tab = await consumer(n1, "q-orphan")
     producer, run_id = await queued_behind_an_agent_run(n1, n0, "q-orphan")

@@ -252,40 +252,42 @@ class ThreadWriter:
         after such an append, then the slow path takes what was queued meanwhile."""
         loaded = self.loaded
         changes = [change for change, _ in batch]
+        failure = self._failure(failed)
         try:
+            reloaded = True
             try:
-                try:
-                    raise self._failure(failed)
-                except _Raced:
-                    loaded.draft = None
-                    reloaded = await self.follower.try_reload(loaded)
-                    again = not reloaded
-                except _Gone:
+                if isinstance(failure, _Gone):
                     outcomes = self._gone(changes)
-                    again = False
-                except _Lost:
+                else:
                     loaded.draft = None
-                    again = None  # settle it, outside the lock
+                    if isinstance(failure, _Raced):
+                        reloaded = await self.follower.try_reload(loaded)
             finally:
                 loaded.lock.release()
-            if again is None:
-                try:
-                    if not await self._settle(events):
-                        outcomes = await self._commit(changes)  # it holds something else
-                except _Gone:
-                    outcomes = self._gone(changes)
-                except _Abandoned:
-                    outcomes = _refused(changes, "the node stopped before the store answered")
-            elif again:
-                outcomes = _refused(changes, "the store is unavailable")
-            elif not isinstance(failed, UnknownThread):  # raced: apply again, reloaded
-                outcomes = await self._commit(changes)
+            if isinstance(failure, _Lost):  # in doubt: settle it, outside the lock
+                settled = await self._settled(changes, outcomes, events)
+                outcomes = await self._commit(changes) if settled is None else settled
+            elif isinstance(failure, _Raced):  # apply again, on the store's history
+                unavailable = _refused(changes, "the store is unavailable")
+                outcomes = await self._commit(changes) if reloaded else unavailable
         except Exception:  # a bug: answer, never leave an agent waiting forever
             log.exception("committing to thread %s failed", loaded.key)
             loaded.draft = None
             outcomes = _refused(changes, "internal error")
         self._answer(batch, outcomes)
         await self._run()
+
+    async def _settled(
+        self, changes: list[Change], outcomes: list[Outcome], events: list[Event]
+    ) -> list[Outcome] | None:
+        """A batch in doubt, sent again until the store answers: its outcomes, or None when
+        the store holds something else there (apply it again)."""
+        try:
+            return outcomes if await self._settle(events) else None
+        except _Gone:
+            return self._gone(changes)
+        except _Abandoned:
+            return _refused(changes, "the node stopped before the store answered")
 
     # -- the slow path: a task ------------------------------------------------------------------
 
@@ -347,13 +349,9 @@ class ThreadWriter:
                     shared.committed(loaded, events)
                     return outcomes
             # In doubt: settle it (outside the lock, so readers and followers go on).
-            try:
-                if await self._settle(events):
-                    return outcomes
-            except _Gone:
-                return self._gone(changes)
-            except _Abandoned:
-                return _refused(changes, "the node stopped before the store answered")
+            settled = await self._settled(changes, outcomes, events)
+            if settled is not None:
+                return settled
             # The store answered that it holds something else there: apply again.
         return _refused(changes, "too many concurrent writers; retry")
 

@@ -474,15 +474,10 @@ class _Appends:
         else:
             again: list[_Queued] = []
             for queued, reply in zip(batch, sent.result(), strict=True):
-                future = queued[1]
-                if future.done():
-                    continue
-                if isinstance(reply, NoScriptError):
+                if isinstance(reply, NoScriptError) and not queued[1].done():
                     again.append(queued)  # Redis restarted (or flushed its scripts)
-                elif isinstance(reply, Exception):
-                    future.set_exception(reply)
                 else:
-                    future.set_result(reply)
+                    _answer(queued[1], reply)
             if again:
                 retry = asyncio.ensure_future(self._again(again))
                 self._retries.add(retry)
@@ -497,12 +492,7 @@ class _Appends:
         except Exception as exc:
             replies = [exc] * len(batch)
         for (_, future, _), reply in zip(batch, replies, strict=True):
-            if future.done():
-                continue
-            if isinstance(reply, Exception):
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)
+            _answer(future, reply)
 
     async def _run(self) -> None:
         while self._queued:
@@ -540,12 +530,7 @@ class _Appends:
         except Exception as exc:
             replies = [exc] * len(answered)
         for (future, _, reply), touched in zip(answered, replies, strict=True):
-            if future.done():
-                continue
-            if isinstance(touched, Exception):
-                future.set_exception(touched)
-            else:
-                future.set_result(reply)
+            _answer(future, touched if isinstance(touched, Exception) else reply)
 
     async def _pipeline(self, script: AsyncScript, commands: list[list[Any]]) -> list[Any]:
         store = self.store
@@ -567,6 +552,16 @@ class _Appends:
             for command in commands:  # (a cluster pipeline refuses pipe.evalsha by name)
                 pipe.execute_command("EVALSHA", sha, *command)
             return list(await pipe.execute(raise_on_error=False))
+
+
+def _answer(future: asyncio.Future[Any], reply: Any) -> None:
+    """Answer one queued append with its reply, or the exception the reply is."""
+    if future.done():
+        return
+    if isinstance(reply, Exception):
+        future.set_exception(reply)
+    else:
+        future.set_result(reply)
 
 
 def _appended(

@@ -4,7 +4,11 @@ I/O: feed the bytes read, get the body's bytes.
 How AG-UI agents served over HTTP stream their ``text/event-stream`` answer: a framework writes
 each event as its own chunk. Decoding them one event at a time through a general HTTP parser
 costs more than the hub spends on the event itself, so this decoder hands back the body of a
-whole read at once: per chunk, one search for the size line and one slice.
+whole read at once. The whole chunks of a read are cut out in one split at every CRLF (in C):
+per chunk then, a check that the size line is hex digits, its value, and the length of the data
+it names. A chunk the split cannot cut (its data holds a CRLF, its size line an extension, the
+read ends inside it) goes the long way: a search for its size line, its data passed on as it
+comes.
 
 Strict as h11 is: a size line is hex digits, maybe an extension (``;...``, ignored), CRLF;
 the chunk's data is followed by CRLF; the last chunk (size 0) by trailer fields (ignored) and
@@ -17,6 +21,9 @@ from __future__ import annotations
 import re
 
 _SIZE_LINE_RE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
+_HEX_DIGITS = b"0123456789ABCDEFabcdef"
+#: Hex digits a size line may have (the pattern's bound).
+_MAX_DIGITS = 16
 _SIZE_LINE, _DATA_END, _TRAILER, _DONE = range(4)
 
 
@@ -50,6 +57,7 @@ class ChunkedDecoder:
         out: list[bytes | bytearray] = []
         pos, end = 0, len(buffer)
         state, left = self._state, self._left
+        split = False  # whole chunks cut by one split, once per read
         while pos < end:
             if left:
                 take = min(left, end - pos)
@@ -68,6 +76,10 @@ class ChunkedDecoder:
                 pos += 2
                 state = _SIZE_LINE
             else:  # a size line, or a trailer line after the last chunk
+                if state == _SIZE_LINE and not split:
+                    split = True
+                    pos = self._whole_chunks(buffer, pos, out)
+                    continue
                 if state == _SIZE_LINE:
                     line = _SIZE_LINE_RE.match(buffer, pos)
                     if line is not None and line.end() - pos <= self.max_line + 2:  # one match
@@ -99,3 +111,24 @@ class ChunkedDecoder:
         del buffer[:pos]
         self._state, self._left = state, left
         return b"".join(out)
+
+    def _whole_chunks(self, buffer: bytearray, pos: int, out: list[bytes | bytearray]) -> int:
+        """The chunks from ``pos`` (a size line's start) up to the first that is not whole and
+        plain (a size line of hex digits only, data without CRLF, both followed by CRLF), or
+        the last chunk: their data onto ``out``; the position after them."""
+        parts = buffer[pos:].split(b"\r\n")
+        whole = len(parts) - 1  # the parts followed by CRLF
+        digits = min(_MAX_DIGITS, self.max_line)
+        i = 0
+        while i + 1 < whole:
+            line = parts[i]
+            if not 0 < len(line) <= digits or line.strip(_HEX_DIGITS):
+                break  # an extension, spaces, not hex: the long way decides
+            size = int(line, 16)
+            data = parts[i + 1]
+            if not size or len(data) != size:
+                break  # the last chunk, or data holding a CRLF
+            out.append(data)
+            pos += len(line) + size + 4
+            i += 2
+        return pos

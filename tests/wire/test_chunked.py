@@ -64,3 +64,54 @@ def test_what_is_not_chunked_encoding_is_refused(wire: bytes) -> None:
             decoder.feed(wire[i : i + 1])
     with pytest.raises(BadChunk):
         ChunkedDecoder().feed(wire)
+
+
+#: Plain chunks (cut from a read in one split) with others between them that take the long
+#: way: data holding CRLF, a size line with an extension or a space, upper-case digits.
+MIXED = [
+    b"data: 1\n\n",
+    b"data: 2\r\n\r\n",
+    b"data: 3\n\n",
+    b"x" * 17,
+    b"\r\n",
+    b"data: 4\n\n",
+]
+MIXED_WIRE = (
+    b"9\r\ndata: 1\n\n\r\n"
+    b"B\r\ndata: 2\r\n\r\n\r\n"
+    b"9\r\ndata: 3\n\n\r\n"
+    b"11;ext\r\n" + b"x" * 17 + b"\r\n"
+    b"2 \r\n\r\n\r\n"
+    b"00009\r\ndata: 4\n\n\r\n"
+    b"0\r\n\r\n"
+)
+
+
+def test_plain_chunks_and_others_between_them_give_the_body_whatever_the_cut() -> None:
+    body = b"".join(MIXED)
+    assert decode([MIXED_WIRE]) == (body, True)
+    for cut in range(len(MIXED_WIRE) + 1):
+        assert decode([MIXED_WIRE[:cut], MIXED_WIRE[cut:]]) == (body, True)
+
+
+def test_hundreds_of_chunks_in_reads_of_any_size_give_the_body() -> None:
+    events = [b'data: {"n":%d}\n\n' % i for i in range(500)]
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    for size in (1, 7, 100, 4096, 65536):
+        reads = [wire[i : i + size] for i in range(0, len(wire), size)]
+        assert decode(reads) == (b"".join(events), True)
+
+
+@pytest.mark.parametrize("size", [b"+5", b"-5", b"0x5", b"5_0", b" 5", b"\xd9\xa5", b""])
+def test_a_size_line_python_would_read_as_a_number_is_refused_all_the_same(size: bytes) -> None:
+    # int(b"+5", 16) and int(b"5_0", 16) are numbers; chunked encoding has hex digits only.
+    wire = b"5\r\nhello\r\n" + size + b"\r\nhello\r\n5\r\nhello\r\n0\r\n\r\n"
+    with pytest.raises(BadChunk):
+        ChunkedDecoder().feed(wire)
+
+
+def test_a_size_line_longer_than_max_line_is_refused_in_a_whole_read_too() -> None:
+    wire = b"5\r\nhello\r\n00005\r\nhello\r\n0\r\n\r\n"
+    assert ChunkedDecoder(max_line=5).feed(wire) == b"hellohello"
+    with pytest.raises(BadChunk):
+        ChunkedDecoder(max_line=4).feed(wire)

@@ -9,13 +9,13 @@ and a bounded log of recent events for replay. It never touches a socket, a cloc
 from __future__ import annotations
 
 import copy
-from collections import deque
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import HubError, InvalidEvent, InvalidSequence, MalformedPatch, PeerError
 from ..wire.events import check_not_reserved
+from .eventlog import EventLog
 from .fold import fold
 from .messages import MessageLog
 from .owners import BUCKET, Owners
@@ -114,7 +114,8 @@ class Thread:
         #: Who owns each item of the open run (kept for the whole run, as the official
         #: client's verifyEvents keeps them: hub.core.owners).
         self.owners = Owners()
-        self.log: deque[Event] = deque(maxlen=max(1, retention))
+        #: The retained log, packed (see hub.core.eventlog).
+        self.log = EventLog(retention)
         self._warnings: list[str] = []
         #: The ``delta`` list the edge checked last (see :meth:`trust_patch`).
         self._trusted: list[dict[str, Any]] | None = None

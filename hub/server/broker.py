@@ -46,7 +46,7 @@ from hub.server.metrics import Metrics
 from hub.server.node import Node, StoreHealth
 from hub.store import Store
 from hub.store.base import Position, seq_of
-from hub.wire.codec import Frame, pack
+from hub.wire.codec import pack
 
 log = logging.getLogger("agui_hub.shared")
 
@@ -471,10 +471,8 @@ class SharedBroker(Broker):
             old_epoch = fresh.epoch
         newer = fresh.since(committed) if fresh.epoch == old_epoch else None
         if newer is not None:
-            loaded.frames.extend(Frame(e) for e in fresh.log if seq_of(e) <= committed)
             self.node.fan_out(loaded, newer, count=False)
             return
-        loaded.frames.extend(Frame(e) for e in fresh.log)
         loaded.tracker.catch_up(fresh)
         cause = following.gap_cause if fresh.epoch == old_epoch else "epoch_changed"
         for outbox in loaded.consumers:

@@ -16,7 +16,6 @@ import itertools
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from hub.core.thread import Event, Outcome, Thread
 from hub.errors import HubError, ThreadDeleted, Unavailable
 from hub.server.broker import Broker, LocalBroker, SharedBroker
 from hub.server.config import Config
-from hub.server.loaded import NO_EPOCH, Life, LoadedThread
+from hub.server.loaded import FRAMES_KEPT, NO_EPOCH, Life, LoadedThread
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth
 from hub.server.outbox import LiveFrame, Outbox
@@ -39,20 +38,21 @@ from hub.wire.codec import Encoding, Frame, unpack
 log = logging.getLogger("agui_hub")
 
 
-#: Events a repair built earlier may be behind and still be reused, with the live frames since.
-SYNC_REUSE = 200
+#: Events a repair built earlier may be behind and still be reused, with the live frames since
+#: (as many as a thread keeps).
+SYNC_REUSE = FRAMES_KEPT
 #: ...and seconds since it was built: a joiner is never handed the past as if it were live
 #: (a join built seconds ago and a burst of the deltas since, its first "live" delta seconds
 #: old). Within this a storm of joiners shares one encode of the state; past it, anew.
 SYNC_REUSE_SECONDS = 0.1
 #: ...and while those events weigh at most this many bytes (or what the repair itself weighs).
 SYNC_REUSE_BYTES = 64 * 1024
-#: Live frames a thread's log keeps encoded, the newest: older ones let their bytes go
-#: (:meth:`~hub.wire.codec.Frame.retire`) and are encoded again if a replay sends them. A
-#: thread's log holds up to ``--retention`` events, and their bytes (JSON, the WebSocket
-#: frame, the SSE message) weigh more than the events: at 1,000 threads a node held about
-#: 900 bytes per event it would likely never send again. Above the events a join reuses
-#: within SYNC_REUSE_SECONDS at up to 640 events/s per thread.
+#: Live frames a thread keeps with every encoding built, the newest: older ones (up to
+#: FRAMES_KEPT in all) keep one (:meth:`~hub.wire.codec.Frame.retire`), the others built again
+#: if a replay sends them. A frame holds no event once it went out (the thread's log has it,
+#: packed: hub.core.eventlog), only bytes, and several encodings (JSON, the WebSocket frame,
+#: the SSE message) weigh more than the event. Above the events a join reuses within
+#: SYNC_REUSE_SECONDS at up to 640 events/s per thread.
 ENCODED_RECENT = 64
 #: Repairs (view keys and encodings) kept per thread, at most; the oldest go first.
 SYNC_CACHE_KEYS = 64
@@ -206,8 +206,7 @@ class Hub:
 
     async def _load(self, key: str) -> LoadedThread:
         thread = await self.load_thread(key)
-        loaded = LoadedThread(thread, key, frames=deque(maxlen=thread.log.maxlen))
-        loaded.frames.extend(Frame(e) for e in thread.log)
+        loaded = LoadedThread(thread, key)  # no live frame yet: a replay builds its own
         loaded.persisted_seq = thread.seq
         loaded.tracker.catch_up(thread)
         return loaded
@@ -303,6 +302,8 @@ class Hub:
         # first frames may be among them).
         for old in itertools.islice(reversed(kept), ENCODED_RECENT, ENCODED_RECENT + len(frames)):
             old.retire()
+        for frame in frames:  # kept as bytes: the log holds the event (hub.core.eventlog)
+            frame.shed()
         if written:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if paths_written:
@@ -560,9 +561,12 @@ class Hub:
             events, cause = resume(loaded.thread, since, epoch)
             if events is not None:
                 outbox.view.catch_up(loaded.thread)
-                first = len(loaded.frames) - len(events)
-                for i in range(first, len(loaded.frames)):
-                    outbox.push(loaded.frames[i])
+                frames = loaded.frames
+                kept = min(len(events), len(frames))  # the newest: their frames are kept
+                for event in events[: len(events) - kept]:
+                    outbox.push(Frame(event))
+                for i in range(len(frames) - kept, len(frames)):
+                    outbox.push(frames[i])
         if cause is not None:
             outbox.repair(cause)
         loaded.consumers.add(outbox)

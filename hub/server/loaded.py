@@ -28,6 +28,11 @@ from hub.wire.codec import Encoding, Frame
 #: an epoch of its own (:func:`new_epoch`), as it creates it in the store.
 NO_EPOCH = ""
 
+#: Live frames a loaded thread keeps, newest last (the thread's log keeps more, packed: a
+#: replay from further back builds its frames from it). Joins reuse up to
+#: hub.server.hub.SYNC_REUSE of them.
+FRAMES_KEPT = 200
+
 
 def new_epoch() -> str:
     """A fresh epoch: a thread's log begins anew in the store (its first write, a lost log)."""
@@ -61,8 +66,9 @@ class LoadedThread:
     #: The thread's name in the store and on the bus: ``tenant/thread`` (see hub.auth).
     key: str
     consumers: set[Outbox] = field(default_factory=set)
-    #: Recent live frames, parallel to ``thread.log``, so replays reuse their encodings.
-    frames: deque[Frame] = field(default_factory=deque)
+    #: The newest live frames (at most :data:`FRAMES_KEPT`), the tail of ``thread.log``, so
+    #: replays and joins reuse their encodings.
+    frames: deque[Frame] = field(default_factory=lambda: deque(maxlen=FRAMES_KEPT))
     #: What a consumer that was sent every live frame holds (see hub.core.consumer).
     tracker: ConsumerView = field(default_factory=ConsumerView)
     #: Repair frames by (view key, encoding), with the seq they bring a consumer to and when

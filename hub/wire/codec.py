@@ -6,6 +6,7 @@ import json
 import math
 import re
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -75,7 +76,7 @@ def _check_json_values(obj: Any) -> None:
 
 def encode(obj: Any, encoding: Encoding) -> str | bytes:
     if encoding == MSGPACK:
-        return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+        return pack(obj)
     return json_bytes(obj).decode()
 
 
@@ -151,9 +152,19 @@ def decode(data: str | bytes) -> dict[str, Any]:
     return obj
 
 
+_PACKERS = threading.local()
+
+
 def pack(obj: Any) -> bytes:
-    """msgpack for storage (records, log entries)."""
-    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+    """msgpack, as ``msgpack.packb(obj, use_bin_type=True)`` writes it: records, log entries,
+    binary frames. One packer per OS thread, reused: ``packb`` makes a packer per call, and
+    with it a 256 KiB buffer, which took twice the time of the packing for an event. A packer
+    that fails is ready again at once (msgpack resets it)."""
+    try:
+        packer = _PACKERS.packer
+    except AttributeError:
+        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack(obj)  # type: ignore[no-any-return]
 
 
 def unpack(data: bytes) -> Any:
@@ -197,16 +208,47 @@ class Frame:
     JSON, not two, and no dict per frame for it.
     """
 
-    __slots__ = ("_json", "_more", "_wire", "event")
+    __slots__ = ("_event", "_json", "_more", "_wire")
 
     def __init__(self, event: dict[str, Any]) -> None:
-        self.event = event
+        self._event: dict[str, Any] | None = event
         #: The JSON payload, and the JSON WebSocket frame; None until built.
         self._json: bytes | None = None
         self._wire: bytes | None = None
         #: msgpack's payload and frame (by :data:`_MSGPACK_DATA`, :data:`_MSGPACK_WIRE`), and
         #: other forms by name (:meth:`form`); None until the first is built.
         self._more: dict[str | int, bytes] | None = None
+
+    @property
+    def event(self) -> dict[str, Any]:
+        """The object the frame encodes: decoded anew from its bytes once it was let go of
+        (:meth:`shed`), a fresh copy per call then."""
+        event = self._event
+        if event is not None:
+            return event
+        more = self._more
+        if more is not None:
+            data = more.get(_MSGPACK_DATA)
+            if data is None and _MSGPACK_WIRE in more:
+                data = _ws_payload(more[_MSGPACK_WIRE])
+            if data is not None:
+                return decode(data)
+        return decode(self.data(JSON).decode())
+
+    def shed(self) -> None:
+        """Let go of the object, keeping its bytes (JSON's if none were built): a frame a
+        thread keeps among its recent ones holds its bytes, not the decoded event and them.
+        Whoever asks for :attr:`event` later gets it decoded from them."""
+        if self._event is None:
+            return
+        more = self._more
+        if (
+            self._json is None
+            and self._wire is None
+            and not (more and (_MSGPACK_DATA in more or _MSGPACK_WIRE in more))
+        ):
+            self.wire(JSON)
+        self._event = None
 
     def wire(self, encoding: Encoding) -> bytes:
         """The whole WebSocket frame a server sends (header and payload; server frames are
@@ -223,7 +265,7 @@ class Frame:
                     return frame
             data = more.get(_MSGPACK_DATA)
             if data is None:
-                data = msgpack.packb(self.event, use_bin_type=True)
+                data = pack(self.event)
             frame = more[_MSGPACK_WIRE] = _ws_header(_BINARY_HEAD, len(data)) + data
             return frame
         frame = self._wire
@@ -245,11 +287,22 @@ class Frame:
         return data
 
     def retire(self) -> None:
-        """Let go of every encoding built so far: the frame is kept (a thread's recent log) but
-        not expected to be sent again soon. Built again, from ``event``, if it is; ``event``
-        must not have changed since (the thread's log events never do)."""
-        self._json = self._wire = None
-        self._more = None
+        """Let go of what is built but not needed: the frame is kept (a thread's recent log)
+        but not expected to be sent again soon. With its object, every encoding goes (built
+        again from ``event``, which must not have changed since: the thread's log events
+        never do); without it (:meth:`shed`), all but one: JSON's WebSocket frame if built."""
+        if self._event is not None:
+            self._json = self._wire = None
+            self._more = None
+            return
+        if self._wire is not None:
+            self._json = None
+            self._more = None
+        elif self._json is not None:
+            self._more = None
+        elif self._more:
+            for name in [n for n in self._more if n not in (_MSGPACK_DATA, _MSGPACK_WIRE)]:
+                del self._more[name]
 
     def data(self, encoding: Encoding) -> bytes:
         """The payload in ``encoding``, built once (cut from the WebSocket frame if that was
@@ -262,9 +315,7 @@ class Frame:
             if data is None:
                 frame = more.get(_MSGPACK_WIRE)
                 data = more[_MSGPACK_DATA] = (
-                    msgpack.packb(self.event, use_bin_type=True)
-                    if frame is None
-                    else _ws_payload(frame)
+                    pack(self.event) if frame is None else _ws_payload(frame)
                 )
             return data
         data = self._json

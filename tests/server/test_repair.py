@@ -9,6 +9,8 @@ from typing import Any
 
 from support import Client, HubProcess, Mirror, is_custom, seq_of
 
+from hub.server.loaded import FRAMES_KEPT
+
 from .test_wire import consumer, producer, settle
 
 
@@ -55,6 +57,29 @@ async def test_reconnect_with_since_replays_the_missed_events(hub: HubProcess) -
     replay = await again.recv_until(lambda e: seq_of(e) == 10)
     assert [seq_of(e) for e in replay] == [6, 7, 8, 9, 10]
     assert not any(is_sync(e) for e in replay)
+
+
+async def test_a_resume_from_further_back_than_the_kept_frames_replays_every_event_as_sent(
+    hub: HubProcess,
+) -> None:
+    """A thread keeps its newest FRAMES_KEPT frames; older events come from its packed log
+    (hub.core.eventlog): a resume from before them gets every event, exactly as a consumer
+    that stayed got it live."""
+    total = FRAMES_KEPT + 60
+    stayed, left = await consumer(hub), await consumer(hub)
+    await settle(stayed)
+    await settle(left)
+    agent = await producer(hub)
+    await publish_counter(agent, 5)
+    got = await left.recv_until(lambda e: seq_of(e) == 5)
+    epoch = got[-1]["metadata"]["hub"]["epoch"]
+    await left.close()
+    await publish_counter(agent, total - 5, start=5)
+    live = await stayed.recv_until(lambda e: seq_of(e) == total)
+    again = await consumer(hub, query=f"?since=5&epoch={epoch}")
+    replay = await again.recv_until(lambda e: seq_of(e) == total)
+    assert [seq_of(e) for e in replay] == list(range(6, total + 1))
+    assert replay == [e for e in live if seq_of(e) > 5]
 
 
 async def test_resume_too_old_gets_a_snapshot(start_hub: Callable[..., HubProcess]) -> None:

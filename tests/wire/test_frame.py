@@ -108,3 +108,54 @@ def test_a_frame_sent_whole_keeps_one_copy_of_its_json() -> None:
     # One bytes object each: its bytes and its object header (33), rounded up by the allocator.
     assert used < size + 64 * len(frames), (used, size)
     assert all(frame.data(JSON) == json_bytes(frame.event) for frame in frames)
+
+
+def _forms(frame: Frame) -> tuple[bytes, ...]:
+    return (
+        frame.data(JSON),
+        frame.data(MSGPACK),
+        frame.wire(JSON),
+        frame.wire(MSGPACK),
+        frame.form("sse", lambda f: b"data: " + f.data(JSON) + b"\n\n"),
+    )
+
+
+ODD = {
+    "type": "STATE_DELTA",
+    "delta": [
+        {"op": "add", "path": "/a~1b/-", "value": [-0.0, 1.0, 1, 2**64 - 1, -(2**63), 1e300]},
+        {"op": "replace", "path": "/é", "value": {"z": None, "a": True, "": "\u2028\x00"}},
+    ],
+    "metadata": {"hub": {"seq": 7, "epoch": "e"}},
+}
+
+
+@pytest.mark.parametrize("built", [(), (JSON,), (MSGPACK,), (JSON, MSGPACK)])
+def test_a_shed_frame_keeps_its_bytes_and_decodes_its_event_from_them(
+    built: tuple[Encoding, ...],
+) -> None:
+    """A thread's recent frames hold their bytes, not the event too (hub.server.hub.fan_out):
+    whatever was built before, the event read back is the one given, key order, types and
+    all, and every form built after is the one built from the event."""
+    expected = _forms(Frame(ODD))
+    frame = Frame(ODD)
+    for encoding in built:
+        frame.wire(encoding)
+    frame.shed()
+    assert frame._event is None and frame.encoded() != []
+    for _ in range(2):  # a fresh copy each time, equal to the event given
+        event = frame.event
+        assert event == ODD and event is not ODD
+        assert list(event) == list(ODD) and repr(event) == repr(ODD)
+    assert _forms(frame) == expected
+    frame.retire()  # all but one encoding go: the frame can still be rebuilt
+    assert len(frame.encoded()) == 1
+    assert frame.event == ODD and _forms(frame) == expected
+
+
+def test_a_frame_with_only_a_form_builds_json_before_it_sheds() -> None:
+    frame = Frame(ODD)
+    frame.form("sse", lambda f: b"x")  # a form is no encoding: the event cannot come back from it
+    frame.shed()
+    assert [encoding for encoding, _ in frame.encoded()] == [JSON]
+    assert frame.event == ODD

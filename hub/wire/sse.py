@@ -9,6 +9,12 @@ and unknown fields are ignored; a last event not followed by a blank line when t
 is dropped. A leading UTF-8 BOM is skipped. Bytes that are not UTF-8 are replaced, as the
 spec says; the AG-UI decoder refuses what that breaks.
 
+AG-UI encoders write LF only, and each event as one ``data: `` line and a blank line: a read
+of such events, at an event's start, is cut apart in C (a count of the line ends proves the
+shape, one ``replace`` takes the field names out, one ``decode`` and one ``split`` give the
+events). Anything else among them (another field, a comment, a blank line more, a CR) sends
+the read line by line, by the same rules.
+
 Bounded: one event (its pending line and data) may hold at most ``max_event`` bytes, past
 which :class:`~hub.errors.LimitExceeded` (``frame_too_large``) is raised.
 """
@@ -48,6 +54,8 @@ class SSEParser:
         events: list[str] = []
         if b"\r" not in buffer:  # LF only, as every AG-UI encoder writes: lines split in C
             last = buffer.rfind(b"\n")
+            if last >= 0 and not self._data:
+                last = self._plain(buffer, last, events)
             if last >= 0:
                 lines = bytes(buffer[:last]).split(b"\n")
                 del buffer[: last + 1]
@@ -76,6 +84,23 @@ class SSEParser:
         if self._size + len(buffer) > self.max_event:
             self._too_large()
         return events
+
+    def _plain(self, buffer: bytearray, last: int, events: list[str]) -> int:
+        """At an event's start, LF-ended lines up to ``last`` (an LF): if the events they end
+        are each one ``data: `` line and nothing else (what AG-UI encoders write), their data
+        onto ``events``, cut apart in C, and taken out of ``buffer``. Returns where ``last``
+        is now: the same if nothing was taken, below 0 if every line was."""
+        end = buffer.rfind(b"\n\n", 0, last + 1)  # where the last whole event ends
+        if end < 0 or end + 2 > self.max_event:  # none, or one of them might be too large
+            return last
+        text = bytes(buffer[: end + 2])
+        count = text.count(b"\n\ndata: ") + 1
+        if not text.startswith(b"data: ") or text.count(b"\n") != 2 * count:
+            return last  # another field, a comment, a blank line more: line by line
+        values = text[6:-2].replace(b"\n\ndata: ", b"\n").decode("utf-8", errors="replace")
+        events += values.split("\n")
+        del buffer[: end + 2]
+        return last - end - 2
 
     def _lines(self, lines: list[bytes], events: list[str]) -> None:
         """:meth:`_line` for each of ``lines``, with the common ``data:`` line first."""

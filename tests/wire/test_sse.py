@@ -103,3 +103,44 @@ def test_an_lf_event_larger_than_the_bound_is_refused_before_it_ends() -> None:
     assert parser.feed(b"data: 0123456789\n\n") == ["0123456789"]
     with pytest.raises(LimitExceeded):
         parser.feed(b"data: 0123456789abcdefg")  # a line not ended yet counts too
+
+
+#: Events of one ``data: `` line each and nothing else, as AG-UI encoders write them: a read
+#: of them is cut apart in C. Values that look like fields or hold bytes that are not UTF-8
+#: (a sequence cut short must not join the next event's bytes) give what line by line gives.
+PLAIN_VALUES = [b'{"type":"RUN_STARTED"}', b"", b"data: x", b":", b"\xe2\x98", b"\x83", b" a"]
+PLAIN_STREAM = b"".join(b"data: " + value + b"\n\n" for value in PLAIN_VALUES)
+PLAIN_EVENTS = ['{"type":"RUN_STARTED"}', "", "data: x", ":", "\ufffd", "\ufffd", " a"]
+
+
+def test_a_read_of_one_line_events_gives_each_one_whatever_the_cut() -> None:
+    assert parse([PLAIN_STREAM]) == PLAIN_EVENTS
+    assert parse([PLAIN_STREAM[i : i + 1] for i in range(len(PLAIN_STREAM))]) == PLAIN_EVENTS
+    for cut in range(len(PLAIN_STREAM) + 1):
+        assert parse([PLAIN_STREAM[:cut], PLAIN_STREAM[cut:]]) == PLAIN_EVENTS
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        b": a comment\n",
+        b"\n",
+        b"id: 7\n",
+        b"data:nospace\n\n",
+        b"data: a\ndata: b\n\n",
+        b"data\n\n",
+    ],
+)
+def test_one_line_events_with_anything_else_among_them_keep_every_rule(odd: bytes) -> None:
+    plain = b"data: 1\n\ndata: 2\n\n"
+    expected = parse([plain, odd, plain])  # each read alone
+    assert parse([plain + odd + plain]) == expected
+    assert parse([plain + odd + plain + b"data: never ended\n"]) == expected
+
+
+def test_one_line_events_past_the_bound_are_refused_in_a_whole_read_too() -> None:
+    parser = SSEParser(max_event=16)
+    assert parser.feed(b"data: 0123456789\n\n" * 3) == ["0123456789"] * 3
+    assert SSEParser(max_event=32).feed(b"data: 1\n\ndata: 2\n\n") == ["1", "2"]
+    with pytest.raises(LimitExceeded):
+        SSEParser(max_event=16).feed(b"data: 1\n\ndata: 0123456789abcdefg\n\ndata: 2\n\n")

@@ -296,6 +296,7 @@ class ThreadEndpoint:
         try:
             scope = self.guard.scope_for(target.role, target.thread_id)
             admission = self.guard.admit(ws.request.headers, target.query, target.thread_id, scope)
+            _forget_handshake_headers(ws)
             loaded = await self.open(target, admission)
             await reading
             while loaded.unloaded:  # let go of meanwhile: the thread as loaded now
@@ -318,3 +319,15 @@ class ThreadEndpoint:
             sent = ws.protocol.close_sent
             if sent is not None and sent.code == CloseCode.MESSAGE_TOO_BIG:
                 self.guard.refused("frame_too_large")  # websockets closed it, with 1009
+
+
+def _forget_handshake_headers(ws: WebSocket) -> None:
+    """The handshake's headers were read (the admission has what it needs): let them go. A
+    connection would otherwise hold its request's and its response's for its whole life,
+    about 2.7 KB (a header is a few strings, a list and a tuple), and a node holds thousands
+    of connections (issue 17). The request's path stays: the endpoints read it."""
+    assert ws.request is not None
+    ws.request.headers = Headers()
+    response = getattr(ws, "response", None)  # the ASGI adapter's has none
+    if isinstance(response, Response):
+        response.headers = Headers()

@@ -145,3 +145,17 @@ class LoadedThread:
         else:
             self.draft = None
         self.persisted_seq = self.thread.seq
+
+
+def take_now(lock: asyncio.Lock) -> bool:
+    """Take ``lock`` now if it is free and nobody waits for it, without a task: its own
+    ``acquire`` done by hand, which completes at once then; else undone (it would wait)."""
+    if lock.locked():
+        return False
+    acquiring = lock.acquire()
+    try:
+        acquiring.send(None)
+    except StopIteration:
+        return True
+    acquiring.close()  # others wait for it: it would have waited behind them
+    return False

@@ -49,7 +49,7 @@ from typing import Protocol
 
 from hub.core.thread import Event, Outcome
 from hub.errors import StoreConflict, ThreadDeleted, Unavailable, UnknownThread
-from hub.server.loaded import LoadedThread
+from hub.server.loaded import LoadedThread, take_now
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
 from hub.store import Store
@@ -179,7 +179,7 @@ class ThreadWriter:
         if not self._queue or self._flight is not None or self._running:
             return
         loaded = self.loaded
-        if loaded.stale or not loaded.in_store or self.closing or not _take(loaded.lock):
+        if loaded.stale or not loaded.in_store or self.closing or not take_now(loaded.lock):
             self._task = asyncio.create_task(self._run(), name=f"writer-{loaded.key}")
             return
         batch = self._take_batch()
@@ -423,20 +423,6 @@ class ThreadWriter:
                 log.warning("thread %s: the store took the events in doubt", loaded.key)
                 shared.committed(loaded, events)
                 return True
-
-
-def _take(lock: asyncio.Lock) -> bool:
-    """Take ``lock`` now if it is free and nobody waits for it, without a task: its own
-    ``acquire`` done by hand, which completes at once then; else undone (it would wait)."""
-    if lock.locked():
-        return False
-    acquiring = lock.acquire()
-    try:
-        acquiring.send(None)
-    except StopIteration:
-        return True
-    acquiring.close()  # others wait for it: it would have waited behind them
-    return False
 
 
 def _refused(changes: list[Change], message: str) -> list[Outcome]:

@@ -1,11 +1,11 @@
-"""The writer's fast path takes a thread's lock without a task (hub.server.thread_writer._take):
+"""The writer's fast path takes a thread's lock without a task (hub.server.loaded.take_now):
 only when ``acquire`` would not have waited, and leaving the lock as it found it otherwise."""
 
 from __future__ import annotations
 
 import asyncio
 
-from hub.server.thread_writer import _take
+from hub.server.loaded import take_now as _take
 
 
 async def test_a_free_lock_is_taken_at_once() -> None:

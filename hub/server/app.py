@@ -43,6 +43,7 @@ from hub.server.expiry import ThreadExpiry
 from hub.server.guard import Guard
 from hub.server.http11 import HttpConnection, HttpRequest, Stream, duplicated, front_door
 from hub.server.hub import Hub
+from hub.server.keepalive import Keepalive
 from hub.server.loaded import Life
 from hub.server.presence import Presence
 from hub.server.receipts import ReceiptsService, receipt_store_for
@@ -96,6 +97,12 @@ class HubServer:
         ttl = self.config.thread_ttl
         self.expiry = None if ttl is None else ThreadExpiry(hub, self.deletes, ttl)
         self.presence = Presence(hub)
+        metrics = hub.metrics
+        self.keepalive = Keepalive(
+            self.config.ping_interval,
+            self.config.ping_timeout,
+            lambda: metrics.inc("agui_hub_keepalive_timeouts_total"),
+        )
         self.sockets: list[SocketRoute] = [
             self.receipts,
             ConsumerEndpoint(hub, self.guard, self.upstream, self.presence),
@@ -154,6 +161,7 @@ class HubServer:
                 select_subprotocol=_select_subprotocol,
                 max_size=self.config.max_frame,
                 compression=None,
+                ping_interval=None,  # one task pings every connection: self.keepalive
                 close_timeout=self.config.drain_timeout,
                 backlog=self.config.backlog,
                 create_connection=front_door(self._http_connection),
@@ -166,6 +174,7 @@ class HubServer:
             await self.receipts.close()
             await self.hub.close()
             raise cannot_listen(self.config.host, self.config.port, exc) from None
+        self.keepalive.start()
         if self.guard.auth.is_open:
             log.warning(
                 "no token key configured: the hub is open to anyone who can reach %s:%s "
@@ -219,6 +228,7 @@ class HubServer:
             await self._wait_closed(self.config.drain_timeout)
         if self.expiry is not None:  # nothing is deleted while the node stops
             await self.expiry.close()
+        await self.keepalive.close()
         await self.presence.close()  # its members leave the store (else they lapse)
         await self.upstream.close()  # its runs end before the store is flushed
         await self.receipts.close()
@@ -327,7 +337,11 @@ class HubServer:
     async def handler(self, ws: ServerConnection) -> None:
         encoding: Encoding = MSGPACK if ws.subprotocol == MSGPACK_SUBPROTOCOL else JSON
         assert ws.request is not None
-        await self.socket_route(ws.request.path).handle(ws, encoding)
+        self.keepalive.add(ws)
+        try:
+            await self.socket_route(ws.request.path).handle(ws, encoding)
+        finally:
+            self.keepalive.discard(ws)
 
 
 def cannot_listen(host: str, port: int, exc: OSError) -> StartupError:

@@ -65,6 +65,10 @@ class Config:
     heartbeat: float = 15.0
     #: Seconds a draining node waits for consumers to take their close frame.
     drain_timeout: float = 3.0
+    #: Seconds between keepalive pings of each WebSocket connection, and that a ping may go
+    #: unanswered before the connection is closed (1011): hub.server.keepalive.
+    ping_interval: float = 20.0
+    ping_timeout: float = 20.0
     #: Seconds after SIGTERM within which the node stops, drained or not (``--stop-timeout``).
     stop_timeout: float = 60.0
     #: Pending TCP connections the listening socket queues (a reconnect storm arrives at once).

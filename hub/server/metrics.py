@@ -30,6 +30,7 @@ COUNTERS = {
     "agui_hub_resyncs_total": "Snapshots sent to one consumer, by cause.",
     "agui_hub_buffer_drops_total": "Consumer backlogs dropped for conflation.",
     "agui_hub_slow_closes_total": "Consumers closed with 4008 (too slow).",
+    "agui_hub_keepalive_timeouts_total": "Connections closed with 1011: a ping went unanswered.",
     "agui_hub_internal_errors_total": "Hub bugs caught at a boundary, by where.",
     "agui_hub_sync_builds_total": "Repair frames built (encoded) anew, not reused.",
     "agui_hub_patch_ops_dropped_total": "Unknown JSON Patch ops dropped.",

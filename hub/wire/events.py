@@ -38,6 +38,8 @@ def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(kind, str) or kind not in EVENT_TYPES:
         raise InvalidEvent("'type' must name an AG-UI event type")
     warnings: list[str] = []
+    if kind == "STATE_DELTA" and _plain_delta(obj):
+        return obj, warnings  # the common case: every op a known one (one walk of the ops)
     if kind == "STATE_DELTA" and isinstance(obj.get("delta"), list):
         kept = [op for op in obj["delta"] if not _unknown_op(op)]
         if len(kept) != len(obj["delta"]):

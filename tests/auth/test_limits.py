@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hub.errors import ERROR_CODES, ConfigError, LimitExceeded
@@ -450,3 +450,33 @@ async def test_the_guard_forgets_idle_tenants_rate_buckets() -> None:
     await asyncio.sleep(0.05)  # their buckets refill: the same as new ones
     guard.rate(limits.edit_bucket(), "busy")
     assert len(guard.tenant_rates) == 1  # only the one just used
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(min_value=0, max_value=0.5), st.sampled_from([0.5, 1.0, 3.0])),
+        max_size=60,
+    ),
+    st.floats(min_value=1, max_value=50),
+    st.floats(min_value=1, max_value=8),
+)
+def test_pace_answers_and_takes_as_take_all_and_retry_after_do(
+    steps: list[tuple[float, float]], rate: float, burst: float
+) -> None:
+    """pace spells take_all out for its two buckets (it runs once per agent event): the same
+    answers and the same tokens left, step by step, as the general functions give."""
+    mine = (TokenBucket(rate, burst), TokenBucket(rate / 2, burst))
+    reference = (TokenBucket(rate, burst), TokenBucket(rate / 2, burst))
+    now = 0.0
+    for gap, cost in steps:
+        now += gap
+        got = pace(now, *mine, cost)
+        if take_all(now, reference, cost):
+            expected = 0.0
+        else:
+            expected = max(
+                reference[0].retry_after(now, cost), reference[1].retry_after(now, cost), 1e-3
+            )
+        assert got == expected
+        assert [b.tokens(now) for b in mine] == [b.tokens(now) for b in reference]

@@ -109,3 +109,53 @@ def test_an_ack_built_by_hand_is_the_frame_the_codec_builds(seq: int, count: int
     """``ack_wire`` (the agent's acknowledgement, built without the event) is byte for byte the
     WebSocket frame of ``control.ack`` through Frame, short and long (past 125 bytes)."""
     assert ack_wire(seq, count) == Frame(control.ack(seq, count)).wire(JSON)
+
+
+NUMBER = st.from_regex(
+    r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?", fullmatch=True
+)
+
+
+def _answer(decoder: Any, text: str) -> tuple[str, str]:
+    try:
+        return "ok", repr(decoder(text))
+    except BadFrame as exc:
+        return "refused", exc.message
+    except ValueError:
+        return "refused", "the frame is not valid JSON"
+
+
+@given(st.lists(NUMBER, min_size=1, max_size=6), st.text(max_size=8))
+def test_numbers_of_any_size_and_form_decode_as_the_checked_standard_library_does(
+    numbers: list[str], key: str
+) -> None:
+    """A frame takes orjson's way unless it holds a run of 19 digits (an integer orjson would
+    read as a float) or orjson refuses it: either way the same values, or the same refusal,
+    as decoding every frame with the standard library and its checks on every number."""
+    from hub.wire.codec import _json_float, _json_int, _reject_constant
+
+    def checked(text: str) -> Any:
+        return json.loads(
+            text, parse_constant=_reject_constant, parse_int=_json_int, parse_float=_json_float
+        )
+
+    text = json.dumps({key: None})[:-5] + "[" + ",".join(numbers) + "]}"
+    assert _answer(decode, text) == _answer(checked, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ('{"n": 18446744073709551615}', ("ok", "{'n': 18446744073709551615}")),
+        ('{"n": 18446744073709551616}', ("refused", "an integer outside the 64-bit range")),
+        ('{"n": -9223372036854775809}', ("refused", "an integer outside the 64-bit range")),
+        ('{"n": 1e400}', ("refused", "1e400 is out of the range of a double")),
+        ('{"n": -1E400, "s": "\\u0000"}', ("refused", "-1E400 is out of the range of a double")),
+        ('{"n": 1e-400}', ("ok", "{'n': 0.0}")),
+        ('{"s": "1234567890123456789"}', ("ok", "{'s': '1234567890123456789'}")),
+    ],
+)
+def test_the_numbers_orjson_would_take_otherwise_are_refused(
+    text: str, answer: tuple[str, str]
+) -> None:
+    assert _answer(decode, text) == answer

@@ -51,8 +51,9 @@ function ago(iso) {
  * the list again; `others()` resolves to the listed ids other than `current`, freshly fetched;
  * `deleting()` is the id this page is deleting, until the hub answered (else null).
  *
- * Test hook: the list is `data-testid="threads"` with `data-loaded` (fetches done) and
- * `data-ids` (the ids listed, in order); each thread's `<li>` is `data-testid="thread-item"` with
+ * Test hook: the list is `data-testid="threads"` with `data-loaded` (fetches done),
+ * `data-ids` (the ids listed, in order) and `data-busy` while a rename or a delete is in
+ * flight (the page takes no other meanwhile); each thread's `<li>` is `data-testid="thread-item"` with
  * `data-id`, holding `thread-open` (a link), `thread-rename` and `thread-delete` buttons.
  */
 export function threadList({ current, onDeleted = () => {} }) {
@@ -61,7 +62,12 @@ export function threadList({ current, onDeleted = () => {} }) {
   let loaded = 0;
   let asked = 0; // the latest fetch asked for: an older answer arriving late is dropped
   let editing = null; // the id whose name is being edited: the list is not redrawn meanwhile
-  let busy = false;
+  let busy = false; // a rename or a delete in flight: another waits (shown as data-busy)
+  const setBusy = (value) => {
+    busy = value;
+    if (value) list.dataset.busy = "1";
+    else delete list.dataset.busy;
+  };
   let deleting = null; // the id being deleted from this page, until the hub answered
 
   const say = (text) => {
@@ -175,7 +181,7 @@ export function threadList({ current, onDeleted = () => {} }) {
   }
 
   async function rename(id, name) {
-    busy = true;
+    setBusy(true);
     say(`Renaming ${id}…`);
     try {
       const response = await hubFetch(`/v1/threads/${encodeURIComponent(id)}`, {
@@ -187,7 +193,7 @@ export function threadList({ current, onDeleted = () => {} }) {
     } catch (err) {
       say(`Not renamed: ${err?.message ?? err}.`);
     } finally {
-      busy = false;
+      setBusy(false);
     }
   }
 
@@ -200,7 +206,7 @@ export function threadList({ current, onDeleted = () => {} }) {
       say("Not deleted.");
       return;
     }
-    busy = true;
+    setBusy(true);
     deleting = thread.id;
     say(`Deleting ${thread.id}…`);
     let gone = false;
@@ -212,7 +218,7 @@ export function threadList({ current, onDeleted = () => {} }) {
     } catch (err) {
       say(`Not deleted: ${err?.message ?? err}.`);
     } finally {
-      busy = false;
+      setBusy(false);
       deleting = null;
     }
     if (gone && thread.id === current) onDeleted(thread.id);

@@ -681,6 +681,11 @@ test("the thread list: another thread shows, opens, is renamed and deleted from 
   await e.fill(`${item} [data-testid="thread-name-input"]`, name);
   await e.press(`${item} [data-testid="thread-name-input"]`, "Enter");
   await until(e, ([sel, n]) => document.querySelector(sel)?.dataset.name === n, [item, name], { what: "the new name" });
+  // The list may show the name (its poll) before the page has the PATCH's answer; the page
+  // takes no delete while a rename is in flight (data-busy), so wait for the answer.
+  await until(e, () => document.querySelector('[data-testid="threads"]').dataset.busy === undefined, null, {
+    what: "the rename to be answered",
+  });
   assert.equal((await listed()).find((t) => t.id === scratch).name, name);
   assert.equal(await e.textContent(`${item} [data-testid="thread-open"]`), name);
   await until(tabs.A, ([sel, n]) => document.querySelector(sel)?.dataset.name === n, [item, name], {

@@ -109,6 +109,12 @@ class Keepalive:
                     continue
                 order.append(ws)  # still within its time: visited again next round
                 continue
+            transport = getattr(ws, "transport", None)
+            if transport is not None and transport.get_write_buffer_size():
+                # Bytes wait for the peer: a ping would wait behind them (websockets drains
+                # after it), and with it every other connection's. Not this round.
+                order.append(ws)
+                continue
             try:
                 waiter = await ws.ping()
             except ConnectionClosed:

@@ -97,3 +97,27 @@ async def test_each_connection_is_pinged_once_per_interval_in_slices() -> None:
     assert silent and all(p.closed_with == 1011 for p in silent)
     assert all(p.closed_with is None and p.pings == 2 for p in peers if p.answers and p is not gone)
     assert len(keepalive) == 94 - len(silent)
+
+
+class _Backed(_Peer):
+    """A peer whose socket has bytes waiting: a ping would wait for them to drain."""
+
+    def __init__(self) -> None:
+        super().__init__(answers=True)
+        self.transport = self
+
+    def get_write_buffer_size(self) -> int:
+        return 4096
+
+
+async def test_a_connection_with_bytes_waiting_is_not_pinged_and_holds_up_nobody() -> None:
+    keepalive = Keepalive(interval=1.0, timeout=1.0)
+    backed: Any = _Backed()
+    others: list[Any] = [_Peer(answers=True) for _ in range(3)]
+    for peer in [backed, *others]:
+        keepalive.add(peer)
+    for tick in range(SLICES):
+        await keepalive.tick(tick / SLICES)
+    assert all(p.pings == 1 for p in others)
+    assert backed.pings == 0  # websockets' ping would have waited for the buffer to drain
+    assert len(keepalive) == 4  # still followed: pinged once its bytes are gone

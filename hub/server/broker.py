@@ -36,8 +36,9 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from hub.core.thread import Event, Thread
 from hub.errors import Unavailable
@@ -392,9 +393,22 @@ class SharedBroker(Broker):
             finally:
                 loaded.lock.release()
             if not caught_up:  # a gap: filled from the store's log
-                following.follower = asyncio.create_task(self._fill_gap(loaded))
+                self._follow_in_task(loaded, following, self._fill_gap(loaded))
             return
-        following.follower = asyncio.create_task(self.catch_up(loaded))
+        self._follow_in_task(loaded, following, self.catch_up(loaded))
+
+    def _follow_in_task(
+        self, loaded: LoadedThread, following: _Following, work: Coroutine[Any, Any, None]
+    ) -> None:
+        task = following.follower = asyncio.create_task(work)
+
+        def done(_: object) -> None:
+            # What came while the task read the store waited in the inbox (a message finds
+            # the task running and leaves it be): take it now, not at the next message.
+            if following.inbox and following.follower is task:
+                self.schedule(loaded)
+
+        task.add_done_callback(done)
 
     async def _fill_gap(self, loaded: LoadedThread) -> None:
         async with loaded.lock:

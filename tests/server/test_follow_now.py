@@ -120,3 +120,33 @@ async def test_what_one_turn_brings_goes_out_together_a_gap_is_filled_and_a_held
     await eventually(lambda: on_b.thread.seq == 11)
     assert tasks == ["fill_gap", "catch_up"] and fanned[-1] == [10, 11]
     assert on_b.thread.to_record() == on_a.thread.to_record()
+
+
+async def test_what_came_while_a_gap_was_filled_is_taken_when_the_fill_ends(
+    nodes: tuple[Hub, Hub], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = nodes
+    on_a = await a.load("t")
+    await a.publish(on_a, custom(1))
+    on_b = await b.load("t")  # at seq 1, fed by hand
+    events = {n: (await a.publish(on_a, custom(n))).events[0] for n in range(2, 6)}
+    shared = b.broker
+    assert isinstance(shared, broker.SharedBroker)
+    gate = asyncio.Event()
+    read_log = b.store.read_log
+
+    async def slow_read_log(key: str, after: int) -> list[Event] | None:
+        got = await read_log(key, after)  # what the store holds now: up to seq 5
+        await gate.wait()
+        return got
+
+    monkeypatch.setattr(b.store, "read_log", slow_read_log)
+    shared.deliver(on_b.key, [events[4]])  # a gap after seq 1: filled from the log
+    await asyncio.sleep(0.05)
+    six = (await a.publish(on_a, custom(6))).events[0]
+    shared.deliver(on_b.key, [six])  # arrives while the fill waits on the store
+    await asyncio.sleep(0.05)
+    assert on_b.thread.seq == 1
+    gate.set()
+    await eventually(lambda: on_b.thread.seq == 6)  # no further message needed
+    assert on_b.thread.to_record() == on_a.thread.to_record()

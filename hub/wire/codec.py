@@ -216,10 +216,13 @@ class Frame:
     JSON, not two, and no dict per frame for it.
     """
 
-    __slots__ = ("_event", "_json", "_more", "_wire")
+    __slots__ = ("_event", "_json", "_more", "_shed", "_wire")
 
     def __init__(self, event: dict[str, Any]) -> None:
         self._event: dict[str, Any] | None = event
+        #: The object was let go of (:meth:`shed`); ``_event`` is then its decoded copy, if
+        #: somebody asked for it since, until the frame retires.
+        self._shed = False
         #: The JSON payload, and the JSON WebSocket frame; None until built.
         self._json: bytes | None = None
         self._wire: bytes | None = None
@@ -229,25 +232,26 @@ class Frame:
 
     @property
     def event(self) -> dict[str, Any]:
-        """The object the frame encodes: decoded anew from its bytes once it was let go of
-        (:meth:`shed`), a fresh copy per call then."""
+        """The object the frame encodes: once it was let go of (:meth:`shed`), decoded from
+        its bytes when first asked for, and kept for whoever asks next (an SSE form, a
+        connect stream, a join reusing recent frames) until the frame retires."""
         event = self._event
         if event is not None:
             return event
         more = self._more
+        data = None
         if more is not None:
             data = more.get(_MSGPACK_DATA)
             if data is None and _MSGPACK_WIRE in more:
                 data = _ws_payload(more[_MSGPACK_WIRE])
-            if data is not None:
-                return decode(data)
-        return decode(self.data(JSON).decode())
+        event = self._event = decode(data) if data is not None else decode(self.data(JSON).decode())
+        return event
 
     def shed(self) -> None:
         """Let go of the object, keeping its bytes (JSON's if none were built): a frame a
         thread keeps among its recent ones holds its bytes, not the decoded event and them.
         Whoever asks for :attr:`event` later gets it decoded from them."""
-        if self._event is None:
+        if self._shed:
             return
         more = self._more
         if (
@@ -257,6 +261,7 @@ class Frame:
         ):
             self.wire(JSON)
         self._event = None
+        self._shed = True
 
     def wire(self, encoding: Encoding) -> bytes:
         """The whole WebSocket frame a server sends (header and payload; server frames are
@@ -299,10 +304,11 @@ class Frame:
         but not expected to be sent again soon. With its object, every encoding goes (built
         again from ``event``, which must not have changed since: the thread's log events
         never do); without it (:meth:`shed`), all but one: JSON's WebSocket frame if built."""
-        if self._event is not None:
+        if not self._shed:
             self._json = self._wire = None
             self._more = None
             return
+        self._event = None  # a copy decoded since it was shed
         if self._wire is not None:
             self._json = None
             self._more = None

@@ -143,13 +143,13 @@ def test_a_shed_frame_keeps_its_bytes_and_decodes_its_event_from_them(
         frame.wire(encoding)
     frame.shed()
     assert frame._event is None and frame.encoded() != []
-    for _ in range(2):  # a fresh copy each time, equal to the event given
-        event = frame.event
-        assert event == ODD and event is not ODD
-        assert list(event) == list(ODD) and repr(event) == repr(ODD)
+    event = frame.event  # decoded from the bytes: equal to the event given, a copy
+    assert event == ODD and event is not ODD
+    assert list(event) == list(ODD) and repr(event) == repr(ODD)
+    assert frame.event is event  # decoded once for every reader after it
     assert _forms(frame) == expected
-    frame.retire()  # all but one encoding go: the frame can still be rebuilt
-    assert len(frame.encoded()) == 1
+    frame.retire()  # the copy and all but one encoding go: the frame can still be rebuilt
+    assert frame._event is None and len(frame.encoded()) == 1
     assert frame.event == ODD and _forms(frame) == expected
 
 

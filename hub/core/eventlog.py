@@ -73,9 +73,3 @@ class EventLog:
     def __iter__(self) -> Iterator[Event]:
         for entry in self._entries:
             yield _unpack(entry)
-
-    def tail(self, count: int) -> list[Event]:
-        """The newest ``count`` events (all of them if there are fewer), oldest first."""
-        entries = self._entries
-        start = max(0, len(entries) - count)
-        return [_unpack(entries[i]) for i in range(start, len(entries))]

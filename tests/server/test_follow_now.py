@@ -84,16 +84,25 @@ async def test_appends_from_another_node_are_applied_without_a_task(
     assert on_b.thread.to_record() == on_a.thread.to_record()
 
 
+async def _b_behind(
+    a: Hub, b: Hub, last: int
+) -> tuple[LoadedThread, LoadedThread, dict[int, Event]]:
+    """Thread ``t`` on a at seq ``last``, on b at seq 1 (b does not listen to the bus: fed
+    by hand), and a's stored events 2..``last`` by seq."""
+    on_a = await a.load("t")
+    await a.publish(on_a, custom(1))
+    on_b = await b.load("t")
+    assert on_b.thread.seq == 1
+    events = {n: (await a.publish(on_a, custom(n))).events[0] for n in range(2, last + 1)}
+    assert all(e["metadata"]["hub"]["seq"] == n for n, e in events.items())
+    return on_a, on_b, events
+
+
 async def test_what_one_turn_brings_goes_out_together_a_gap_is_filled_and_a_held_lock_waits(
     nodes: tuple[Hub, Hub], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = nodes
-    on_a = await a.load("t")
-    await a.publish(on_a, custom(1))
-    on_b = await b.load("t")  # at seq 1; b does not listen to the bus: fed by hand below
-    assert on_b.thread.seq == 1
-    events = {n: (await a.publish(on_a, custom(n))).events[0] for n in range(2, 10)}
-    assert all(e["metadata"]["hub"]["seq"] == n for n, e in events.items())
+    on_a, on_b, events = await _b_behind(a, b, 9)
     shared = b.broker
     assert isinstance(shared, broker.SharedBroker)
     tasks, fanned = _spy(monkeypatch, b, on_b)
@@ -126,10 +135,7 @@ async def test_what_came_while_a_gap_was_filled_is_taken_when_the_fill_ends(
     nodes: tuple[Hub, Hub], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = nodes
-    on_a = await a.load("t")
-    await a.publish(on_a, custom(1))
-    on_b = await b.load("t")  # at seq 1, fed by hand
-    events = {n: (await a.publish(on_a, custom(n))).events[0] for n in range(2, 6)}
+    on_a, on_b, events = await _b_behind(a, b, 5)
     shared = b.broker
     assert isinstance(shared, broker.SharedBroker)
     gate = asyncio.Event()

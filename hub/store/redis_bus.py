@@ -36,7 +36,7 @@ from redis.asyncio.cluster import ClusterPubSub, RedisCluster
 from redis.exceptions import RedisError
 
 from hub.store.base import Bus, Event, Position
-from hub.store.resp import RespPubSub, connection_for
+from hub.store.resp import DispatchFailed, RespPubSub, connection_for
 from hub.wire.codec import pack, unpack
 
 log = logging.getLogger("agui_hub.redis")
@@ -202,6 +202,7 @@ class RedisBus(Bus):
                 broken = False
             except (RedisError, OSError):
                 broken = True  # Redis is down at start: the reconnect loop below takes over
+        handle = self._handler(deliver, reconnected, heads)
         while True:
             if broken:
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: no herd
@@ -211,6 +212,17 @@ class RedisBus(Bus):
                     log.warning("the Redis bus is back; catching up from the store")
                     reconnected()
                 continue
+            pubsub = self.pubsub
+            if isinstance(pubsub, RespPubSub):
+                try:  # each message handled as it is read: no task wake, no timer per message
+                    await pubsub.dispatch(handle)
+                except DispatchFailed as exc:
+                    assert exc.__cause__ is not None
+                    raise exc.__cause__ from None
+                except Exception as exc:
+                    log.warning("lost the Redis bus (%s); reconnecting", exc)
+                    broken = True
+                continue
             try:
                 message = await self._next()
             except Exception as exc:  # whatever it was, the reader must not die: start over
@@ -218,41 +230,55 @@ class RedisBus(Bus):
                 broken = True
                 continue
             if self._lost:
-                self._lost = False
-                log.warning("the Redis bus reconnected; catching up from the store")
-                reconnected()
-            if message is None or message.get("type") not in ("message", "smessage"):
-                continue
-            channel = bytes(message["channel"])
-            if channel == self._heads:
-                data = message["data"]
-                if data[:ORIGIN_BYTES] != self.origin:
-                    heads(
-                        {k: (int(p[0]), str(p[1])) for k, p in unpack(data[ORIGIN_BYTES:]).items()}
-                    )
-                continue
-            if channel == self._deleted:
-                data = message["data"]
-                deleted = self.deleted
-                if data[:ORIGIN_BYTES] != self.origin and deleted is not None:
-                    deleted(bytes(data[ORIGIN_BYTES:]).decode())
-                continue
-            if channel == self._presence:
-                data = message["data"]
-                presence = self.presence
-                if data[:ORIGIN_BYTES] != self.origin and presence is not None:
-                    presence([(str(t), str(m), v) for t, m, v in unpack(data[ORIGIN_BYTES:])])
-                continue
-            thread_id = self._threads.get(channel)
+                self._tell_reconnected(reconnected)
+            if message is not None and message.get("type") in ("message", "smessage"):
+                handle(bytes(message["channel"]), message["data"])
+
+    def _tell_reconnected(self, reconnected: Callable[[], None]) -> None:
+        """redis-py's pub/sub connected again by itself: whatever was published meanwhile is
+        gone, and the node catches up from the store."""
+        self._lost = False
+        log.warning("the Redis bus reconnected; catching up from the store")
+        reconnected()
+
+    def _handler(
+        self,
+        deliver: Callable[[str, list[Event]], None],
+        reconnected: Callable[[], None],
+        heads: Callable[[dict[str, Position]], None],
+    ) -> Callable[[bytes, bytes], None]:
+        """What :meth:`run` does with one message (its channel and data); raises what the
+        message or a callback raised."""
+        threads = self._threads
+        origin = self.origin
+
+        def handle(channel: bytes, data: bytes) -> None:
+            if self._lost:
+                self._tell_reconnected(reconnected)
+            thread_id = threads.get(channel)
             if thread_id is not None:
-                data = message["data"]
-                if data[:ORIGIN_BYTES] == self.origin:
+                if data[:ORIGIN_BYTES] == origin:
                     deliver(thread_id, [])
-                    continue
+                    return
                 lag = self.lag
                 if lag is not None:
                     lag(time.time() - struct.unpack(">d", data[ORIGIN_BYTES:HEADER_BYTES])[0])
                 deliver(thread_id, unpack(data[HEADER_BYTES:]))
+            elif channel == self._heads:
+                if data[:ORIGIN_BYTES] != origin:
+                    heads(
+                        {k: (int(p[0]), str(p[1])) for k, p in unpack(data[ORIGIN_BYTES:]).items()}
+                    )
+            elif channel == self._deleted:
+                deleted = self.deleted
+                if data[:ORIGIN_BYTES] != origin and deleted is not None:
+                    deleted(bytes(data[ORIGIN_BYTES:]).decode())
+            elif channel == self._presence:
+                presence = self.presence
+                if data[:ORIGIN_BYTES] != origin and presence is not None:
+                    presence([(str(t), str(m), v) for t, m, v in unpack(data[ORIGIN_BYTES:])])
+
+        return handle
 
     async def _resubscribe(self) -> bool:
         """A new pub/sub connection with every channel the node follows."""

@@ -290,3 +290,96 @@ async def test_pubsub_queue_is_bounded(redis_url: str, monkeypatch: pytest.Monke
     finally:
         await pubsub.aclose()
         await client.aclose()
+
+
+async def test_dispatch_hands_each_message_on_as_it_is_read(redis_url: str) -> None:
+    """What came before dispatch starts goes first; then each message, in order, from the
+    read's callback; subscription confirmations and the skip prefix's messages never come."""
+    client = Redis.from_url(redis_url)
+    own = connection_for(client)
+    assert own is not None
+    pubsub = RespPubSub(own, lambda: None, skip=b"me:")
+    got: list[tuple[bytes, bytes]] = []
+    try:
+        await pubsub.subscribe("resp:d1", "resp:d2")
+        await asyncio.sleep(0.1)
+        await client.publish("resp:d1", b"early")  # queued: nobody dispatches yet
+        await asyncio.sleep(0.1)
+        dispatching = asyncio.create_task(pubsub.dispatch(lambda c, d: got.append((c, d))))
+        await asyncio.sleep(0.05)
+        assert got == [(b"resp:d1", b"early")]
+        await pubsub.subscribe("resp:d3")  # its confirmation is not a message
+        sent = [(b"resp:d1", b"early")]
+        for i in range(60):
+            channel = ("resp:d1", "resp:d2", "resp:d3")[i % 3]
+            data = b"me:%d" % i if i % 4 == 0 else b"%d" % i
+            await client.publish(channel, data)
+            if i % 4:
+                sent.append((channel.encode(), data))
+        for _ in range(100):
+            if len(got) >= len(sent):
+                break
+            await asyncio.sleep(0.02)
+        assert got == sent
+        assert not dispatching.done()
+        dispatching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await dispatching
+        await client.publish("resp:d1", b"after")  # no dispatcher: queued again
+        assert await _messages(pubsub, 1) == [(b"resp:d1", b"after")]
+        assert got == sent
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+
+
+async def test_dispatch_stops_at_a_failing_handler_and_raises_its_exception(
+    redis_url: str,
+) -> None:
+    client = Redis.from_url(redis_url)
+    own = connection_for(client)
+    assert own is not None
+    pubsub = RespPubSub(own, lambda: None)
+    got: list[bytes] = []
+
+    def handler(channel: bytes, data: bytes) -> None:
+        if data == b"bad":
+            raise ValueError("cannot take it")
+        got.append(data)
+
+    try:
+        await pubsub.subscribe("resp:f")
+        await asyncio.sleep(0.1)
+        async with client.pipeline(transaction=False) as pipe:  # one read, most likely
+            for data in (b"1", b"2", b"bad", b"3"):
+                pipe.publish("resp:f", data)
+            await pipe.execute()
+        with pytest.raises(resp.DispatchFailed) as failed:
+            await asyncio.wait_for(pubsub.dispatch(handler), 5.0)
+        assert isinstance(failed.value.__cause__, ValueError)
+        assert got == [b"1", b"2"]  # nothing after the failure
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+
+
+async def test_dispatch_raises_once_the_connection_is_lost(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    own = connection_for(client)
+    assert own is not None
+    pubsub = RespPubSub(own, lambda: None)
+    got: list[bytes] = []
+    try:
+        await pubsub.subscribe("resp:l")
+        await asyncio.sleep(0.1)
+        dispatching = asyncio.create_task(pubsub.dispatch(lambda c, d: got.append(d)))
+        await client.publish("resp:l", b"before")
+        await asyncio.sleep(0.1)
+        assert await client.client_kill_filter(_type="pubsub") == 1
+        with pytest.raises(RedisConnectionError) as lost:
+            await asyncio.wait_for(dispatching, 5.0)
+        assert transient(lost.value)
+        assert got == [b"before"]
+    finally:
+        await pubsub.aclose()
+        await client.aclose()

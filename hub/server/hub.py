@@ -270,19 +270,28 @@ class Hub:
         """Committed events to every consumer of the thread on this node (never waits): per
         consumer, only the queueing of bytes built once."""
         tracker = loaded.tracker
-        frames = []
+        if not events:
+            return
         kept = loaded.frames
+        if not loaded.consumers:
+            # Nobody here to send them to (this node only takes the thread's agent, say):
+            # no frame is built, so no event is encoded for nobody. The kept frames stay the
+            # log's tail (none); a consumer that joins or resumes gets them from the log.
+            for event in events:
+                tracker.observe(event)
+            kept.clear()
+            self._changed_now(loaded, events, count)
+            return
+        frames = []
         for event in events:
             tracker.observe(event)
             frame = LiveFrame(event, tracker.snapshot())
             kept.append(frame)
             frames.append(frame)
-        if not frames:
-            return
         # The batch as bytes, built once per encoding: one write per consumer that can take it
         # now; the others queue the frames (and their writers batch them).
         joined: dict[Encoding, bytes] = {}
-        held = frames[-1].held if frames else None
+        held = frames[-1].held
         written = paths_written = 0
         consumers: set[Outbox] | list[Outbox] = loaded.consumers
         subtrees = loaded.subtrees
@@ -308,6 +317,10 @@ class Hub:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if paths_written:
             self.metrics.inc("agui_hub_events_out_total", paths_written)
+        self._changed_now(loaded, events, count)
+
+    def _changed_now(self, loaded: LoadedThread, events: list[Event], count: bool) -> None:
+        """The bookkeeping of a change, sent or not: counted, the thread's idle clock."""
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
         now = loaded.changed_at = time.monotonic()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from frame_support import watch
+
 from hub.core.consumer import ConsumerView
 from hub.server.config import Config
 from hub.server.hub import Hub
@@ -14,6 +16,7 @@ async def test_a_snapshot_is_encoded_once_for_every_joiner_while_the_agent_write
     loaded = await hub.load("t")
     await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 10_000}})
     first = hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    watch(hub, loaded)  # the first tab is in: the live frames are kept from now on
     storm = [hub.repair_frames(loaded, ConsumerView(), "join", "json") for _ in range(100)]
     assert all(frames is first for frames in storm)  # the same encoded frames, not copies
     packed = hub.repair_frames(loaded, ConsumerView(), "join", "msgpack")
@@ -47,6 +50,7 @@ async def test_a_repair_too_far_behind_is_built_anew() -> None:
 async def test_live_events_are_kept_as_one_frame_for_every_consumer_and_replay() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
     loaded = await hub.load("t")
+    watch(hub, loaded)
     outcome = await hub.publish(loaded, {"type": "CUSTOM", "name": "x", "value": 1})
     (frame,) = loaded.frames
     # Kept as its bytes (the log holds the event, packed): the event it gives back is equal.
@@ -240,3 +244,20 @@ async def test_loading_a_missing_thread_stores_nothing_and_only_a_write_creates_
     stored = await store.load("acme/t")
     assert stored is not None and unpack(stored.record)["epoch"] == epoch
     assert [e["metadata"]["hub"]["seq"] for e in stored.log] == [1]
+
+
+async def test_a_thread_nobody_here_watches_builds_no_frames_and_a_resume_gets_it_all() -> None:
+    """A node that only takes a thread's agent encodes nothing for nobody; a consumer that
+    resumes there later gets the events since its position, built from the log."""
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    loaded = await hub.load("t")
+    outcomes = [
+        await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": n}) for n in range(5)
+    ]
+    assert len(loaded.frames) == 0
+    assert hub.metrics.get("agui_hub_events_in_total") == 5  # counted all the same
+    resumed = watch(hub, loaded, since=2, epoch=loaded.thread.epoch)
+    queued = [unpack(f.data("msgpack")) for f in resumed._queue]
+    assert queued == [o.events[0] for o in outcomes[2:]]
+    await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 5})
+    assert len(loaded.frames) == 1  # watched again: live frames are kept

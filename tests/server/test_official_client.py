@@ -133,6 +133,8 @@ async def test_a_join_reused_across_the_start_of_a_run_is_still_valid_ag_ui() ->
     """Tabs joined before the run began; another joins just after RUN_STARTED, while the
     join built for the first ones may still be reused: its stream must still begin with
     RUN_STARTED and bring the official client to the hub's view, as a fresh join does."""
+    from frame_support import watch
+
     from hub.core.consumer import ConsumerView
     from hub.server.config import Config
     from hub.server.hub import Hub
@@ -142,6 +144,7 @@ async def test_a_join_reused_across_the_start_of_a_run_is_still_valid_ag_ui() ->
     loaded = await hub.load("reuse")
     await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"n": 0}})
     hub.repair_frames(loaded, ConsumerView(), "join", "json")  # tabs joined before the run
+    watch(hub, loaded)  # and watch: the live frames are kept
     for event in scripted("reuse")[:5]:  # the run starts: RUN_STARTED ... a text message open
         outcome = await hub.publish(loaded, event)
         assert outcome.error is None, outcome.error

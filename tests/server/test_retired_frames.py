@@ -8,11 +8,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from frame_support import forms, watch
+
 from hub.server.config import Config
 from hub.server.hub import ENCODED_RECENT, Hub
 from hub.store.memory import MemoryStore
-from hub.wire.codec import JSON, MSGPACK, Frame
-from hub.wire.sse import message
+from hub.wire.codec import JSON, Frame
 
 
 def _stream(rng: random.Random, count: int) -> list[dict[str, Any]]:
@@ -47,24 +48,15 @@ def _stream(rng: random.Random, count: int) -> list[dict[str, Any]]:
     return events
 
 
-def _forms(frame: Frame) -> tuple[bytes, ...]:
-    return (
-        frame.data(JSON),
-        frame.data(MSGPACK),
-        frame.wire(JSON),
-        frame.wire(MSGPACK),
-        frame.form("sse", lambda f: message(f.data(JSON))),
-    )
-
-
 async def test_old_frames_let_their_bytes_go_and_are_built_again_to_the_same_bytes() -> None:
     hub = Hub(MemoryStore(), Config(store="memory://"))
     await hub.start()
     loaded = await hub.load("t")
+    watch(hub, loaded)
     sent: list[tuple[bytes, ...]] = []
     for event in _stream(random.Random(7), 3 * ENCODED_RECENT):
         assert (await hub.publish(loaded, event)).error is None
-        sent.append(_forms(loaded.frames[-1]))  # as a fan-out encodes it, at once
+        sent.append(forms(loaded.frames[-1]))  # as a fan-out encodes it, at once
     frames = list(loaded.frames)
     assert len(frames) == len(sent)
     old, recent = frames[:-ENCODED_RECENT], frames[-ENCODED_RECENT:]
@@ -74,13 +66,13 @@ async def test_old_frames_let_their_bytes_go_and_are_built_again_to_the_same_byt
     assert all(len(f.encoded()) == 2 for f in recent)
     # A replay from the start: every frame, encoded again where it had to be, is exactly
     # what was sent when it was live.
-    assert [_forms(f) for f in frames] == sent
+    assert [forms(f) for f in frames] == sent
     await hub.close()
 
 
 def test_a_retired_frame_is_encoded_again_to_the_same_bytes() -> None:
     frame = Frame({"type": "CUSTOM", "name": "x", "value": {"a": [1, 2.5, "é"]}})
-    before = _forms(frame)
+    before = forms(frame)
     frame.retire()
     assert frame.encoded() == []
-    assert _forms(frame) == before
+    assert forms(frame) == before

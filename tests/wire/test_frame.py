@@ -10,6 +10,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from frame_support import forms
 from websockets.frames import Frame as WsFrame
 from websockets.frames import Opcode
 
@@ -110,16 +111,6 @@ def test_a_frame_sent_whole_keeps_one_copy_of_its_json() -> None:
     assert all(frame.data(JSON) == json_bytes(frame.event) for frame in frames)
 
 
-def _forms(frame: Frame) -> tuple[bytes, ...]:
-    return (
-        frame.data(JSON),
-        frame.data(MSGPACK),
-        frame.wire(JSON),
-        frame.wire(MSGPACK),
-        frame.form("sse", lambda f: b"data: " + f.data(JSON) + b"\n\n"),
-    )
-
-
 ODD = {
     "type": "STATE_DELTA",
     "delta": [
@@ -137,7 +128,7 @@ def test_a_shed_frame_keeps_its_bytes_and_decodes_its_event_from_them(
     """A thread's recent frames hold their bytes, not the event too (hub.server.hub.fan_out):
     whatever was built before, the event read back is the one given, key order, types and
     all, and every form built after is the one built from the event."""
-    expected = _forms(Frame(ODD))
+    expected = forms(Frame(ODD))
     frame = Frame(ODD)
     for encoding in built:
         frame.wire(encoding)
@@ -147,10 +138,10 @@ def test_a_shed_frame_keeps_its_bytes_and_decodes_its_event_from_them(
     assert event == ODD and event is not ODD
     assert list(event) == list(ODD) and repr(event) == repr(ODD)
     assert frame.event is event  # decoded once for every reader after it
-    assert _forms(frame) == expected
+    assert forms(frame) == expected
     frame.retire()  # the copy and all but one encoding go: the frame can still be rebuilt
     assert frame._event is None and len(frame.encoded()) == 1
-    assert frame.event == ODD and _forms(frame) == expected
+    assert frame.event == ODD and forms(frame) == expected
 
 
 def test_a_frame_with_only_a_form_builds_json_before_it_sheds() -> None:

@@ -51,9 +51,10 @@ SYNC_REUSE_BYTES = 64 * 1024
 #: FRAMES_KEPT in all) keep one (:meth:`~hub.wire.codec.Frame.retire`), the others built again
 #: if a replay sends them. A frame holds no event once it went out (the thread's log has it,
 #: packed: hub.core.eventlog), only bytes, and several encodings (JSON, the WebSocket frame,
-#: the SSE message) weigh more than the event. Above the events a join reuses within
-#: SYNC_REUSE_SECONDS at up to 640 events/s per thread.
-ENCODED_RECENT = 64
+#: the SSE message) weigh more than the event. The events a join reuses within
+#: SYNC_REUSE_SECONDS at up to 320 events/s per thread (beyond, JSON joiners reuse the one
+#: kept; others build).
+ENCODED_RECENT = 32
 #: Repairs (view keys and encodings) kept per thread, at most; the oldest go first.
 SYNC_CACHE_KEYS = 64
 #: Bytes of repair frames kept per thread, at most (the newest repair is kept whatever it

@@ -12,6 +12,7 @@ from frame_support import forms, watch
 
 from hub.server.config import Config
 from hub.server.hub import ENCODED_RECENT, Hub
+from hub.server.loaded import FRAMES_KEPT
 from hub.store.memory import MemoryStore
 from hub.wire.codec import JSON, Frame
 
@@ -54,7 +55,9 @@ async def test_old_frames_let_their_bytes_go_and_are_built_again_to_the_same_byt
     loaded = await hub.load("t")
     watch(hub, loaded)
     sent: list[tuple[bytes, ...]] = []
-    for event in _stream(random.Random(7), 3 * ENCODED_RECENT):
+    events = _stream(random.Random(7), FRAMES_KEPT - 7)
+    assert len(events) == FRAMES_KEPT > ENCODED_RECENT  # all kept, the older ones retired
+    for event in events:
         assert (await hub.publish(loaded, event)).error is None
         sent.append(forms(loaded.frames[-1]))  # as a fan-out encodes it, at once
     frames = list(loaded.frames)

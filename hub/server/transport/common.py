@@ -312,6 +312,7 @@ class ThreadEndpoint:
             if admission is not None:
                 self.guard.abandon(admission)
             raise
+        del reading  # done: not held for the connection's life
         try:
             await self.serve(Connection(ws, loaded, admission, target, encoding))
         finally:

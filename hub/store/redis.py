@@ -405,7 +405,7 @@ def _epoch_of(record: bytes) -> str:
 
 #: One queued append: its EVALSHA arguments, who waits for it, and (Redis Cluster) its index
 #: update: ``[index keys, thread id in its tenant, run change]``.
-_Queued = tuple[list[Any], "asyncio.Future[Any]", list[Any] | None]
+_Queued = tuple[list[Any], resp.Answer, list[Any] | None]
 
 
 class _Appends:
@@ -436,44 +436,45 @@ class _Appends:
         self._retries: set[asyncio.Future[None]] = set()
 
     def send(
-        self, keys: list[str], args: list[Any], touch: list[Any] | None = None
-    ) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._queued.append(([len(keys), *keys, *args], future, touch))
+        self, keys: list[str], args: list[Any], touch: list[Any] | None, answer: resp.Answer
+    ) -> None:
+        """Queue one append; its reply goes to ``answer`` (as soon as it is read, on a single
+        Redis over TCP: no loop turn between the reply and the writer's commit)."""
+        self._queued.append(([len(keys), *keys, *args], answer, touch))
         if self.store._resp is not None:
             # No task per pipeline: sent by a callback once this loop turn's appends are all
             # queued, answered by the callback of its reply (hub.store.resp.RespConnection).
             if not self._in_flight and not self._flushing:
                 self._flushing = True
-                loop.call_soon(self._flush)
+                asyncio.get_running_loop().call_soon(self._flush)
         elif self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._run(), name="redis-appends")
-        return future
 
     def _flush(self) -> None:
         self._flushing = False
-        resp = self.store._resp
-        if self._in_flight or not self._queued or resp is None:
+        fast = self.store._resp
+        if self._in_flight or not self._queued or fast is None:
             return
         batch, self._queued = self._queued[:PIPELINE_MAX], self._queued[PIPELINE_MAX:]
         sha = self.store._append.sha
         self._in_flight = True
-        sent = resp.send([["EVALSHA", sha, *command] for command, _, _ in batch])
-        sent.add_done_callback(partial(self._answered, batch))
+        commands = [["EVALSHA", sha, *command] for command, _, _ in batch]
+        fast.send_to(commands, resp.Answer(partial(self._answered, batch)))
 
-    def _answered(self, batch: list[_Queued], sent: asyncio.Future[list[Any]]) -> None:
+    def _answered(
+        self, batch: list[_Queued], replies: list[Any] | None, failed: BaseException | None
+    ) -> None:
         """The reply to a fast-path pipeline: every append's answer; what was queued meanwhile
         goes now, in the next one."""
         self._in_flight = False
-        failed = sent.exception() if not sent.cancelled() else asyncio.CancelledError()
-        if failed is not None:  # the round trip failed: every append in it is in doubt
+        if failed is not None or replies is None:  # the round trip failed: all in doubt
+            failed = failed or asyncio.CancelledError()
             for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(failed)
         else:
             again: list[_Queued] = []
-            for queued, reply in zip(batch, sent.result(), strict=True):
+            for queued, reply in zip(batch, replies, strict=True):
                 if isinstance(reply, NoScriptError) and not queued[1].done():
                     again.append(queued)  # Redis restarted (or flushed its scripts)
                 else:
@@ -519,7 +520,7 @@ class _Appends:
             if answered:
                 await self._touch(answered)
 
-    async def _touch(self, answered: list[tuple[asyncio.Future[Any], list[Any], Any]]) -> None:
+    async def _touch(self, answered: list[tuple[resp.Answer, list[Any], Any]]) -> None:
         """Redis Cluster: the index updates of the appends stored, in one pipeline; then
         their answers."""
         commands = []
@@ -554,7 +555,7 @@ class _Appends:
             return list(await pipe.execute(raise_on_error=False))
 
 
-def _answer(future: asyncio.Future[Any], reply: Any) -> None:
+def _answer(future: asyncio.Future[Any] | resp.Answer, reply: Any) -> None:
     """Answer one queued append with its reply, or the exception the reply is."""
     if future.done():
         return
@@ -565,19 +566,19 @@ def _answer(future: asyncio.Future[Any], reply: Any) -> None:
 
 
 def _appended(
-    answer: asyncio.Future[None], thread_id: str, events: list[Event], reply: asyncio.Future[Any]
+    answer: asyncio.Future[None],
+    thread_id: str,
+    events: list[Event],
+    reply: Any,
+    failed: BaseException | None,
 ) -> None:
     """An append's reply, as :meth:`RedisStore.append` answers it."""
     if answer.done():
         return
-    if reply.cancelled():
-        answer.cancel()
-        return
-    failed = reply.exception()
     if failed is not None:
         answer.set_exception(failed)
         return
-    status, expected, index = reply.result()
+    status, expected, index = reply
     if status == -1:
         answer.set_exception(UnknownThread(thread_id))
     elif status == 0:
@@ -880,12 +881,12 @@ class RedisStore(Store):
             args += [seq_of(event), pack(event)]
         tenant, local_id = split_key(thread_id)
         run = run_arg(run_change(events))
-        if self.sharded:  # the index is another slot's: updated after the append
-            reply = self._appends.send(list(keys), args, [index_keys(tenant), local_id, run])
-        else:
-            reply = self._appends.send([*keys, *index_keys(tenant)], [*args, local_id, run])
         answer: asyncio.Future[None] = loop.create_future()
-        reply.add_done_callback(partial(_appended, answer, thread_id, events))
+        replied = resp.Answer(partial(_appended, answer, thread_id, events))
+        if self.sharded:  # the index is another slot's: updated after the append
+            self._appends.send(list(keys), args, [index_keys(tenant), local_id, run], replied)
+        else:
+            self._appends.send([*keys, *index_keys(tenant)], [*args, local_id, run], None, replied)
         return answer
 
     async def save_record(

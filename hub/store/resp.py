@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -36,6 +37,8 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger("agui_hub.redis")
 
 
 def pack_commands(commands: list[list[Any]]) -> bytes:
@@ -58,6 +61,55 @@ def pack_commands(commands: list[list[Any]]) -> bytes:
             append(data)
             append(b"\r\n")
     return b"".join(out)
+
+
+class Answer:
+    """Who waits for a round trip's replies, as a callback: ``callback(result, None)`` or
+    ``callback(None, exception)``, run the moment the replies are parsed. An
+    ``asyncio.Future`` runs its done callbacks at the loop's next turn, so each future between
+    Redis's reply and the writer that waits for it cost a turn of the loop (an ``epoll`` call
+    and the loop's round) per event on a node of quiet threads (issue 17). It answers once (a
+    second answer is ignored), like the future it stands for to the code that answers it; a
+    callback's exception is logged, never raised into the connection's reading."""
+
+    __slots__ = ("_callback", "_done")
+
+    def __init__(self, callback: Callable[[Any, BaseException | None], None]) -> None:
+        self._callback = callback
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, result: Any) -> None:
+        self._answer(result, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._answer(None, exc)
+
+    def from_future(self, future: asyncio.Future[Any]) -> None:
+        """Answer as ``future`` was (a done callback)."""
+        if future.cancelled():
+            self._answer(None, asyncio.CancelledError())
+        else:
+            exc = future.exception()
+            self._answer(None if exc is not None else future.result(), exc)
+
+    def _answer(self, result: Any, exc: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._callback(result, exc)
+        except Exception:
+            log.exception("a Redis reply's callback failed")
+
+
+#: What a round trip's replies go to: a future, or an :class:`Answer`.
+Waiter = asyncio.Future[list[Any]] | Answer
 
 
 def connection_for(client: Any) -> RespConnection | None:
@@ -91,7 +143,7 @@ class _Protocol(asyncio.Protocol):
         self.reader = hiredis.Reader(replyError=ResponseError)
         #: Round trips in flight, oldest first: (replies expected, replies so far, future,
         #: the loop time by which it must be answered).
-        self.waiting: deque[tuple[int, list[Any], asyncio.Future[list[Any]], float]] = deque()
+        self.waiting: deque[tuple[int, list[Any], Waiter, float]] = deque()
         self.transport: asyncio.Transport | None = None
         self.lost = False
 
@@ -190,9 +242,19 @@ class RespConnection:
             return asyncio.ensure_future(self.execute(commands))
         return self._timed(protocol, commands)
 
-    def _timed(self, protocol: _Protocol, commands: list[list[Any]]) -> asyncio.Future[list[Any]]:
+    def send_to(self, commands: list[list[Any]], answer: Answer) -> None:
+        """:meth:`send`, its replies handed to ``answer`` as soon as they are read."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost or protocol.transport is None:
+            asyncio.ensure_future(self.execute(commands)).add_done_callback(answer.from_future)
+            return
+        self._timed(protocol, commands, answer)
+
+    def _timed(
+        self, protocol: _Protocol, commands: list[list[Any]], answer: Answer | None = None
+    ) -> asyncio.Future[list[Any]]:
         loop = asyncio.get_running_loop()
-        future = self._send(protocol, commands, loop.time() + self.timeout)
+        future = self._send(protocol, commands, loop.time() + self.timeout, answer)
         if self._watch is None and protocol.waiting:
             self._watch = loop.call_later(self.timeout, self._check)
         return future
@@ -214,14 +276,23 @@ class RespConnection:
         self._drop(protocol)
 
     def _send(
-        self, protocol: _Protocol, commands: list[list[Any]], deadline: float = float("inf")
+        self,
+        protocol: _Protocol,
+        commands: list[list[Any]],
+        deadline: float = float("inf"),
+        answer: Answer | None = None,
     ) -> asyncio.Future[list[Any]]:
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        """Write ``commands``; their replies go to the future returned, or to ``answer`` (the
+        future returned then is never answered)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        waiter: Waiter = future if answer is None else answer
         transport = protocol.transport
         if transport is None or transport.is_closing():
-            future.set_exception(RedisConnectionError("the connection to Redis is closed"))
+            closed = RedisConnectionError("the connection to Redis is closed")
+            loop.call_soon(waiter.set_exception, closed)  # never from within the call
             return future
-        protocol.waiting.append((len(commands), [], future, deadline))
+        protocol.waiting.append((len(commands), [], waiter, deadline))
         transport.write(pack_commands(commands))
         return future
 

@@ -383,3 +383,74 @@ async def test_dispatch_raises_once_the_connection_is_lost(redis_url: str) -> No
     finally:
         await pubsub.aclose()
         await client.aclose()
+
+
+# -- answers without a loop turn ----------------------------------------------------------------
+
+
+async def test_send_to_answers_each_round_trip_in_order_as_its_replies_are_read(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pipelined round trips, each answered by its callback the moment its replies are parsed
+    (from the connection's reading, not at the loop's next turn); a callback that raises is
+    logged and spoils neither the connection nor the round trips after it."""
+    client = Redis.from_url(redis_url)
+    fast = connection_for(client)
+    assert fast is not None
+    got: list[tuple[int, object]] = []
+    in_reading: list[bool] = []
+
+    def answered(i: int, replies: object, failed: BaseException | None) -> None:
+        in_reading.append(asyncio.current_task() is None)  # a protocol callback, not a task
+        got.append((i, failed if failed is not None else replies))
+        if i == 3:
+            raise RuntimeError("a bug in a callback")
+
+    try:
+        await fast.execute([["PING"]])  # connected
+        for i in range(8):
+            fast.send_to(
+                [["INCR", "resp:n"], ["GET", "resp:n"]],
+                resp.Answer(lambda r, e, i=i: answered(i, r, e)),
+            )
+        for _ in range(100):
+            if len(got) == 8:
+                break
+            await asyncio.sleep(0.01)
+        assert got == [(i, [i + 1, b"%d" % (i + 1)]) for i in range(8)]
+        assert all(in_reading)
+        assert "a Redis reply's callback failed" in caplog.text
+        assert await fast.execute([["GET", "resp:n"]]) == [b"8"]
+    finally:
+        await fast.close()
+        await client.aclose()
+
+
+async def test_send_to_a_lost_connection_answers_with_the_transient_error(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    fast = connection_for(client)
+    assert fast is not None
+    answers: list[BaseException | None] = []
+    try:
+        await fast.execute([["PING"]])
+        await client.client_kill_filter(_type="normal", skipme=True)
+        await asyncio.sleep(0.1)  # the kill is read: the connection is lost
+        answer = resp.Answer(lambda r, e: answers.append(e))
+        fast.send_to([["PING"]], answer)  # connects again, and answers through the task
+        for _ in range(100):
+            if answers:
+                break
+            await asyncio.sleep(0.01)
+        assert answers == [None] and answer.done()  # a new connection took it
+        # On a transport that is closing, the answer comes at the next turn, never within.
+        protocol = fast._protocol
+        assert protocol is not None and protocol.transport is not None
+        protocol.transport.close()
+        late = resp.Answer(lambda r, e: answers.append(e))
+        fast._send(protocol, [["PING"]], answer=late)
+        assert not late.done()
+        await asyncio.sleep(0.05)
+        assert isinstance(answers[-1], RedisConnectionError) and transient(answers[-1])
+    finally:
+        await fast.close()
+        await client.aclose()

@@ -4,7 +4,8 @@ Every append is published (by the append script, hub.store.redis) on the thread'
 header (:data:`HEADER_BYTES`: the origin node, then when it was sent) and one msgpack array of
 the events. A node skips its own appends undecoded and measures the others' lag. On Redis
 Cluster the channels are shard channels (SSUBSCRIBE). On a single Redis over TCP the bus reads
-on a connection of its own whose messages hiredis parses (hub.store.resp.RespPubSub); elsewhere
+on a connection of its own whose messages hiredis parses and hands on from the read's own
+callback (hub.store.resp.RespPubSub.dispatch: no task woken, no timer, per message); elsewhere
 on redis-py's, which reconnects a pub/sub connection silently. Either way this bus notices a
 lost connection, resubscribes and tells the node, which catches up from the store (whatever
 was published meanwhile is gone). A message the reader cannot take (a

@@ -47,6 +47,11 @@ SYNC_REUSE = FRAMES_KEPT
 SYNC_REUSE_SECONDS = 0.1
 #: ...and while those events weigh at most this many bytes (or what the repair itself weighs).
 SYNC_REUSE_BYTES = 64 * 1024
+#: A thread quiet for longer than this lets its kept live frames go at its next event: none is
+#: young enough for a join to reuse (SYNC_REUSE_SECONDS), and a resume builds its frames from
+#: the log. So a thread at a few events a second keeps its newest batch, not FRAMES_KEPT frames
+#: that weigh as much as its log (issue 17: some 300 bytes each, on every node that serves it).
+FRAMES_FRESH = SYNC_REUSE_SECONDS
 #: Live frames a thread keeps with every encoding built, the newest: older ones (up to
 #: FRAMES_KEPT in all) keep one (:meth:`~hub.wire.codec.Frame.retire`), the others built again
 #: if a replay sends them. A frame holds no event once it went out (the thread's log has it,
@@ -274,6 +279,7 @@ class Hub:
         if not events:
             return
         kept = loaded.frames
+        now = time.monotonic()
         if not loaded.consumers:
             # Nobody here to send them to (this node only takes the thread's agent, say):
             # no frame is built, so no event is encoded for nobody. The kept frames stay the
@@ -281,8 +287,11 @@ class Hub:
             for event in events:
                 tracker.observe(event)
             kept.clear()
-            self._changed_now(loaded, events, count)
+            self._changed_now(loaded, events, count, now)
             return
+        if kept and now - loaded.changed_at > FRAMES_FRESH:
+            # All older than a join may reuse with: let them go (a resume builds from the log).
+            kept.clear()
         frames = []
         for event in events:
             tracker.observe(event)
@@ -318,13 +327,15 @@ class Hub:
             self.metrics.inc("agui_hub_events_out_total", written * len(frames))
         if paths_written:
             self.metrics.inc("agui_hub_events_out_total", paths_written)
-        self._changed_now(loaded, events, count)
+        self._changed_now(loaded, events, count, now)
 
-    def _changed_now(self, loaded: LoadedThread, events: list[Event], count: bool) -> None:
+    def _changed_now(
+        self, loaded: LoadedThread, events: list[Event], count: bool, now: float
+    ) -> None:
         """The bookkeeping of a change, sent or not: counted, the thread's idle clock."""
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
-        now = loaded.changed_at = time.monotonic()
+        loaded.changed_at = now
         for order in (self._changed, self._idle):  # to the end: the newest change
             order.pop(loaded, None)
             order[loaded] = now

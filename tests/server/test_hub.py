@@ -261,3 +261,29 @@ async def test_a_thread_nobody_here_watches_builds_no_frames_and_a_resume_gets_i
     assert queued == [o.events[0] for o in outcomes[2:]]
     await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 5})
     assert len(loaded.frames) == 1  # watched again: live frames are kept
+
+
+async def test_a_thread_quiet_past_the_reuse_window_lets_its_frames_go_at_its_next_event() -> None:
+    """Frames older than a join may reuse are let go when the thread moves again after a
+    pause; a resume from before them still gets every event (from the log), a join right
+    after still reuses its repair with the frames since."""
+    import asyncio
+
+    from hub.server.hub import FRAMES_FRESH
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    loaded = await hub.load("t")
+    watch(hub, loaded)
+    outcomes = [
+        await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": n}) for n in range(5)
+    ]
+    assert len(loaded.frames) == 5  # in one burst: all kept
+    await asyncio.sleep(FRAMES_FRESH * 1.5)
+    first = hub.repair_frames(loaded, ConsumerView(), "join", "json")  # at seq 5
+    outcomes.append(await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 5}))
+    assert [f.event["metadata"]["hub"]["seq"] for f in loaded.frames] == [6]
+    again = hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    assert again[: len(first)] == first and len(again) == len(first) + 1  # reused
+    resumed = watch(hub, loaded, since=1, epoch=loaded.thread.epoch)
+    queued = [unpack(f.data("msgpack")) for f in resumed._queue]
+    assert queued == [o.events[0] for o in outcomes[1:]]

@@ -103,6 +103,8 @@ class AgentEndpoint(ThreadEndpoint):
         try:
             with contextlib.suppress(ConnectionClosed):  # what it sent before closing counts
                 await ws.send(encode(welcome, encoding))
+            # Not held for the connection's life: the copy a reload replaces, and the input.
+            del thread, welcome, stored
             async for message in ws:
                 state.frames += 1
                 if hub.behind:

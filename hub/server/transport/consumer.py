@@ -105,6 +105,7 @@ class ConsumerEndpoint(ThreadEndpoint):
             self.presence.leave(seat)
             hub.detach(loaded, outbox)
             return
+        del thread, welcome  # not held for the connection's life (a reload replaces the copy)
         if refused is not None:
             outbox.reply(Frame(control.error(refused)))
         outbox.start()

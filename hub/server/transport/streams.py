@@ -340,8 +340,10 @@ async def serve_events(
         if refused is not None:
             first.append(Frame(control.error(refused)))
     welcome = control.welcome(*position, resumed=cause is None, interrupts=interrupts, **extra)
+    opening = [Frame(welcome), *first]
+    del thread, interrupts, welcome, first  # not held for the stream's life
     try:
-        await _feed(hub, loaded, outbox, sink, writer, [Frame(welcome), *first])
+        await _feed(hub, loaded, outbox, sink, writer, opening)
     finally:
         if seated is not None:
             seated[0].leave(seated[1])
@@ -360,6 +362,7 @@ async def _feed(
     try:
         if first:
             await sink.send_frames(first)
+            first.clear()  # sent: not held for the stream's life
         outbox.start()
         await until_done(sink, writer)
     except ConnectionError:
@@ -394,4 +397,5 @@ async def serve_connect(
     sink.bind(writer)
     outbox = outbox_for(hub, loaded, sink, "c", path)
     hub.attach(loaded, outbox, since if in_run else None, epoch if in_run else None)
+    del thread  # not held for the stream's life (a reload replaces the copy)
     await _feed(hub, loaded, outbox, sink, writer, [])

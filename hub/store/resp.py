@@ -112,6 +112,11 @@ class Answer:
 Waiter = asyncio.Future[list[Any]] | Answer
 
 
+def _fail(waiter: Waiter, exc: BaseException) -> None:
+    if not waiter.done():  # (a future its caller cancelled meanwhile)
+        waiter.set_exception(exc)
+
+
 def connection_for(client: Any) -> RespConnection | None:
     """A :class:`RespConnection` with ``client``'s settings, or None where this module does
     not speak the client's transport (cluster, TLS, unix socket, credential provider)."""
@@ -290,7 +295,7 @@ class RespConnection:
         transport = protocol.transport
         if transport is None or transport.is_closing():
             closed = RedisConnectionError("the connection to Redis is closed")
-            loop.call_soon(waiter.set_exception, closed)  # never from within the call
+            loop.call_soon(_fail, waiter, closed)  # never from within the call
             return future
         protocol.waiting.append((len(commands), [], waiter, deadline))
         transport.write(pack_commands(commands))

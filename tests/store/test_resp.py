@@ -454,3 +454,27 @@ async def test_send_to_a_lost_connection_answers_with_the_transient_error(redis_
     finally:
         await fast.close()
         await client.aclose()
+
+
+async def test_a_round_trip_cancelled_before_its_failure_is_told_raises_nothing_later(
+    redis_url: str,
+) -> None:
+    client = Redis.from_url(redis_url)
+    fast = connection_for(client)
+    assert fast is not None
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        await fast.execute([["PING"]])
+        protocol = fast._protocol
+        assert protocol is not None and protocol.transport is not None
+        protocol.transport.close()
+        future = fast._send(protocol, [["PING"]])
+        future.cancel()  # its caller gave up before the failure is told (at the next turn)
+        await asyncio.sleep(0.05)
+        assert errors == []
+    finally:
+        loop.set_exception_handler(None)
+        await fast.close()
+        await client.aclose()

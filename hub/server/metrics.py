@@ -192,7 +192,7 @@ class Metrics:
             series = self._new_counter(name, names)
         elif counts.labels[name] != names:
             raise ValueError(f"{name} has labels {counts.labels[name]}, not {names}")
-        key = tuple(labels[k] for k in names)
+        key = tuple(str(labels[k]) for k in names)
         series[key] = series.get(key, 0) + amount
 
     def _new_counter(self, name: str, names: tuple[str, ...]) -> dict[tuple[str, ...], float]:
@@ -206,7 +206,7 @@ class Metrics:
         ``_count`` or ``_sum`` and any other sample come from the registry."""
         names = self._counts.labels.get(name)
         if names is not None and names == tuple(sorted(labels)):
-            return int(self._counts.series[name].get(tuple(labels[k] for k in names), 0))
+            return int(self._counts.series[name].get(tuple(str(labels[k]) for k in names), 0))
         value = self.registry.get_sample_value(name, labels)
         return 0 if value is None else int(value)
 

@@ -73,5 +73,7 @@ def test_a_counter_keeps_its_labels_and_only_goes_up() -> None:
     with pytest.raises(ValueError):
         metrics.inc("agui_hub_events_in_total", -1)
     assert metrics.get("agui_hub_resyncs_total", cause="join") == 1
+    metrics.inc("agui_hub_events_rejected_total", code=4008)  # type: ignore[arg-type]
+    assert metrics.get("agui_hub_events_rejected_total", code="4008") == 1  # as the library did
     text = prometheus_client.generate_latest(metrics.registry).decode()
     assert 'agui_hub_resyncs_total{cause="join"} 1.0' in text

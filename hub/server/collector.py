@@ -11,9 +11,14 @@ them. So:
 
 - What exists once the node is up is frozen (never scanned again).
 - Young collections come every :data:`YOUNG` allocations (less deallocations), not CPython's
-  700: each event's few temporaries are gone by then, so few objects are promoted; and not
-  more, since a young collection's pause grows with it (50,000 took 30-40 ms, and the middle
-  generation, which collects ten of them, 300 ms).
+  700: each event's few temporaries are gone by then, so few objects are promoted. Under a
+  burst an agent's frames wait to be committed, alive, and each young collection scanned them
+  and the middle one again: at 10,000, 9-15 % of node A's CPU in the peers harness's 1,000
+  rooms as fast as possible (and a collection of the oldest generation of 400 ms), at 40,000
+  half that, with 10-15 % more deliveries a second and no oldest one (issue 17, two runs
+  each). Not much more: a young collection's pause grows with it (paced at 2,000 events/s, the
+  p99 was the same, the longest delivery 29-47 ms against 18-23 at 10,000; at 50,000 an
+  earlier build paused 30-40 ms every time, and the middle generation 300 ms).
 - After each collection of the oldest generation, what survived it is frozen too, so the next
   one scans only what was promoted since: its pause follows the node's recent work, not its
   size.
@@ -34,7 +39,7 @@ import gc
 from typing import Any
 
 #: Allocations (of container objects, less deallocations) between two young collections.
-YOUNG = 10_000
+YOUNG = 40_000
 
 #: Young collections between two of the middle generation (CPython's is 10): the middle one
 #: scans what survived them, so its pause grows with this.

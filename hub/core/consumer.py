@@ -275,11 +275,15 @@ def _blank_call(call: dict[str, Any], streaming: set[str]) -> dict[str, Any]:
     return {**call, "function": {**call["function"], "arguments": ""}}
 
 
-def resume(thread: Thread, since: int, epoch: str | None) -> tuple[list[Event] | None, str | None]:
-    """A reconnect from ``(epoch, since)``: the events to replay, or the snapshot cause."""
+def resume(
+    thread: Thread, since: int, epoch: str | None, older: list[Event] | None = None
+) -> tuple[list[Event] | None, str | None]:
+    """A reconnect from ``(epoch, since)``: the events to replay, or the snapshot cause.
+    ``older``: the store's log after ``since``, when the copy's own log begins later (see
+    :meth:`Thread.since`)."""
     if epoch is not None and epoch != thread.epoch:
         return None, "epoch_changed"
-    events = thread.since(since)
+    events = thread.since(since, older)
     if events is None:
         return None, "resume_too_old" if since < thread.seq else "epoch_changed"
     return events, None

@@ -150,17 +150,29 @@ class Thread:
     def run_id(self) -> str | None:
         return self.streaming.run_id
 
-    def since(self, seq: int) -> list[Event] | None:
-        """Events after ``seq`` from the retained log, or None if the log no longer holds them."""
+    def since(self, seq: int, older: list[Event] | None = None) -> list[Event] | None:
+        """Events after ``seq`` from the retained log, or None if the log no longer holds them.
+
+        ``older``: the store's log after ``seq`` (read by the caller), for a position from
+        before the copy's own log, which keeps only the newest events (a node's memory holds
+        a tail; the store keeps ``--retention``). Taken only up to where the log begins, and
+        only if it joins it: every event of this epoch, none missing."""
         if seq == self.seq:
             return []
         if seq > self.seq or seq < 0:
             return None
         first = self.log[0]["metadata"]["hub"]["seq"] if self.log else self.seq + 1
-        if seq + 1 < first:
-            return None
         start = seq + 1 - first
-        return [self.log[i] for i in range(start, len(self.log))]
+        if start >= 0:
+            return [self.log[i] for i in range(start, len(self.log))]
+        if not older or len(older) < -start:
+            return None
+        head = older[:-start]
+        for i, event in enumerate(head):
+            stamp = event["metadata"]["hub"]
+            if stamp["seq"] != seq + 1 + i or stamp.get("epoch", self.epoch) != self.epoch:
+                return None
+        return head + list(self.log)
 
     def input(self) -> dict[str, Any]:
         """The starting value of the next RunAgentInput: state persists across runs."""

@@ -496,6 +496,18 @@ class SharedBroker(Broker):
             following.inbox.clear()
             self.gone(loaded)
             return
+        older = None
+        if (
+            loaded.consumers
+            and (fresh.epoch == old_epoch or old_epoch == NO_EPOCH)
+            and fresh.since(committed) is None
+        ):
+            # The consumers are behind the copy's tail (the node keeps the newest --tail
+            # events): what they miss, from the store's log, if it still holds it.
+            try:
+                older = await self.store.read_log(loaded.key, committed)
+            except Exception as exc:  # a snapshot repairs them just as well
+                self.health.failed(exc, log, "reading thread %s's log failed: %s", loaded.key)
         loaded.stale = False
         following.inbox.clear()
         loaded.thread = fresh
@@ -508,7 +520,7 @@ class SharedBroker(Broker):
             # with no epoch, which is where every epoch starts, so every event of it goes out
             # to them live (they take the epoch of the first).
             old_epoch = fresh.epoch
-        newer = fresh.since(committed) if fresh.epoch == old_epoch else None
+        newer = fresh.since(committed, older) if fresh.epoch == old_epoch else None
         if newer is not None:
             self.node.fan_out(loaded, newer, count=False)
             return

@@ -33,7 +33,7 @@ from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 from hub.server import logs, settings
 from hub.server.collector import Collector
-from hub.server.config import AgentTarget, Config, StartupError
+from hub.server.config import TAIL, AgentTarget, Config, StartupError
 from hub.server.settings import count, port, seconds, store_url
 from hub.wire.control import RUN_POLICIES
 
@@ -74,7 +74,17 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
     )
     parser.add_argument("--node", default=None, help="node id shown in hub.welcome")
     parser.add_argument(
-        "--retention", type=count(1, "events"), default=10_000, help="events kept per thread"
+        "--retention",
+        type=count(1, "events"),
+        default=10_000,
+        help="events kept per thread in the store, for resumes (default 10000)",
+    )
+    parser.add_argument(
+        "--tail",
+        type=count(1, "events"),
+        default=TAIL,
+        help=f"newest events per thread a node keeps in memory; a resume from further back "
+        f"reads the store (default {TAIL})",
     )
     parser.add_argument(
         "--thread-ttl",
@@ -263,6 +273,7 @@ def _config(args: argparse.Namespace) -> Config:
         port=args.port,
         store=args.store,
         retention=args.retention,
+        tail=args.tail,
         thread_ttl=args.thread_ttl,
         stop_timeout=args.stop_timeout,
         presence_ttl=args.presence_ttl,

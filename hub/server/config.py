@@ -11,6 +11,12 @@ from hub.limits import Limits
 from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 
+#: The newest events of each thread a node keeps in memory by default (``--tail``): as many as
+#: it keeps live frames of (hub.server.loaded.FRAMES_KEPT), so a resume within them costs no
+#: store read and reuses their encodings. The store keeps ``--retention`` (10,000): held in
+#: every node's memory too, a busy thread's log was about 2 MB a node (issue 17).
+TAIL = 64
+
 
 @dataclass(frozen=True)
 class AgentTarget:
@@ -41,8 +47,11 @@ class Config:
     port: int = 8787
     store: str = "sqlite:///agui-hub.db"
     node: str = field(default_factory=default_node_id)
-    #: Events each thread's log keeps for replay on reconnect.
+    #: Events each thread's log keeps in the store for replay on reconnect.
     retention: int = 10_000
+    #: The newest events of each thread a node keeps in memory (packed): a resume from
+    #: further back reads the store's log (hub.server.hub.Hub.history).
+    tail: int = TAIL
     #: Seconds a thread may go without an event and without anyone on it (on any node) before
     #: it is deleted, as a DELETE would (hub.server.expiry); None: never.
     thread_ttl: float | None = None

@@ -197,7 +197,8 @@ class Hub:
         """The thread as the store holds it; if it holds none, the empty thread with no epoch
         (``NO_EPOCH``), and nothing is stored: a read must not create what nobody wrote (anyone
         who may read could fill the store). Its first write creates it."""
-        retention = self.config.retention
+        # The newest --tail of what the store keeps: a resume from before reads the store.
+        retention = min(self.config.tail, self.config.retention)
         try:
             stored = await self.store.load(key)
         except HubError:
@@ -560,10 +561,38 @@ class Hub:
             return None
         return built + live
 
+    async def history(
+        self, loaded: LoadedThread, since: int | None, epoch: str | None
+    ) -> list[Event] | None:
+        """For a resume from ``(epoch, since)`` older than the copy's own log (a node keeps
+        each thread's newest ``--tail`` events; the store keeps ``--retention``): the store's
+        log after ``since``, to hand to :meth:`attach`. None when none is needed, or the store
+        cannot say (the consumer then gets a snapshot, ``resume_too_old``)."""
+        thread = loaded.thread
+        if (
+            since is None
+            or (epoch is not None and epoch != thread.epoch)
+            or not loaded.in_store
+            or not 0 <= since < thread.seq
+            or thread.since(since) is not None
+        ):
+            return None
+        try:
+            return await self.store.read_log(loaded.key, since)
+        except Exception as exc:  # a snapshot repairs it just as well
+            self.store_health.failed(exc, log, "reading thread %s's log failed: %s", loaded.key)
+            return None
+
     def attach(
-        self, loaded: LoadedThread, outbox: Outbox, since: int | None, epoch: str | None
+        self,
+        loaded: LoadedThread,
+        outbox: Outbox,
+        since: int | None,
+        epoch: str | None,
+        older: list[Event] | None = None,
     ) -> str | None:
-        """Start feeding a consumer: replay from ``since`` if the log holds it, else a snapshot.
+        """Start feeding a consumer: replay from ``since`` if the log holds it (or the log and
+        ``older``, from :meth:`history`), else a snapshot.
 
         Returns the snapshot cause, or None for a replay. Synchronous, so no event slips
         between the decision and the subscription.
@@ -575,7 +604,7 @@ class Hub:
             # A consumer of a subtree: the log holds the whole state's events, so a resume
             # is the subtree's snapshot (at the thread's position), never a replay.
             if since is not None:
-                cause = resume(loaded.thread, since, epoch)[1] or "resume"
+                cause = resume(loaded.thread, since, epoch, older)[1] or "resume"
             subtrees = loaded.subtrees
             if subtrees is None:
                 subtrees = loaded.subtrees = Subtrees()
@@ -583,7 +612,7 @@ class Hub:
                 subtrees.install(loaded.thread)
             subtrees.add(outbox, outbox.path)
         elif since is not None:
-            events, cause = resume(loaded.thread, since, epoch)
+            events, cause = resume(loaded.thread, since, epoch, older)
             if events is not None:
                 outbox.view.catch_up(loaded.thread)
                 frames = loaded.frames

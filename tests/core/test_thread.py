@@ -260,6 +260,37 @@ def test_since_replays_from_the_retained_log_only() -> None:
     assert thread.since(6) is None  # from the future
 
 
+def test_since_joins_the_stores_log_to_a_tail_at_every_position() -> None:
+    """A node keeps a thread's newest events (its tail); the store keeps more. Given what
+    the store holds after ``seq``, the tail's copy answers a resume from every position as a
+    copy that kept everything does (hub.server.hub.Hub.history)."""
+    whole, tail = Thread("t", "e", retention=100), Thread("t", "e", retention=4)
+    for i in range(12):
+        event = delta({"op": "add", "path": f"/k{i}", "value": i})
+        whole.publish(copy.deepcopy(event))
+        tail.publish(event)
+    for seq in range(-1, 14):
+        store = whole.since(seq)  # what the store's log holds after seq
+        assert tail.since(seq, store) == whole.since(seq), seq
+    assert tail.since(2) is None  # from the tail alone: not held
+
+
+def test_since_refuses_a_store_log_that_does_not_join_the_tail() -> None:
+    whole, tail = Thread("t", "e", retention=100), Thread("t", "e", retention=4)
+    for i in range(12):
+        event = delta({"op": "add", "path": f"/k{i}", "value": i})
+        whole.publish(copy.deepcopy(event))
+        tail.publish(event)
+    store = whole.since(2) or []
+    assert tail.since(2, store[:5]) is None  # ends before the tail begins (seq 9)
+    assert tail.since(2, store[:3] + store[4:]) is None  # a hole
+    assert tail.since(1, store) is None  # begins after the position
+    other = copy.deepcopy(store)
+    other[0]["metadata"]["hub"]["epoch"] = "another"
+    assert tail.since(2, other) is None  # another epoch's log
+    assert tail.since(2, store[:6]) == whole.since(2)  # exactly up to the tail: joined
+
+
 def test_record_round_trip_and_log_replay_rebuild_the_same_thread(thread: Thread) -> None:
     thread.publish(run_started())
     thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"a": [1]}})

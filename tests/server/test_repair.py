@@ -7,7 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from support import Client, HubProcess, Mirror, is_custom, seq_of
+import httpx
+import pytest
+from support import Client, HubProcess, Mirror, SseReader, is_custom, seq_of
 
 from hub.server.loaded import FRAMES_KEPT
 
@@ -80,6 +82,62 @@ async def test_a_resume_from_further_back_than_the_kept_frames_replays_every_eve
     replay = await again.recv_until(lambda e: seq_of(e) == total)
     assert [seq_of(e) for e in replay] == list(range(6, total + 1))
     assert replay == [e for e in live if seq_of(e) > 5]
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+async def test_a_resume_from_before_the_nodes_tail_replays_from_the_stores_log(
+    store: str, start_hub: Callable[..., HubProcess], request: pytest.FixtureRequest
+) -> None:
+    """A node keeps each thread's newest ``--tail`` events in memory; the store keeps
+    ``--retention``. A resume from further back than the tail gets the events from the store's
+    log, every one exactly as a consumer that stayed got it live, then the live ones: no
+    snapshot. On Redis, on the agent's node and on another (which follows from the bus)."""
+    if store == "redis":
+        url = request.getfixturevalue("redis_server").url
+        nodes = [start_hub("--node", n, "--tail", "4", store=url) for n in ("a", "b")]
+    else:
+        nodes = [start_hub("--tail", "4")]
+    stayed = await consumer(nodes[-1])
+    await settle(stayed)
+    agent = await producer(nodes[0])
+    await publish_counter(agent, 25)
+    live = await stayed.recv_until(lambda e: seq_of(e) == 25)
+    epoch = live[-1]["metadata"]["hub"]["epoch"]
+    resumed = []
+    for node in nodes:
+        again = await consumer(node, query=f"?since=2&epoch={epoch}")
+        replay = await again.recv_until(lambda e: seq_of(e) == 25)
+        assert replay == [e for e in live if (seq_of(e) or 0) > 2]
+        assert node.metric("agui_hub_resyncs_total", cause="resume_too_old") == 0
+        resumed.append(again)
+    await agent.send({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/z", "value": 1}]})
+    for again in resumed:  # then live, in line
+        after = await again.recv()
+        assert seq_of(after) == 26 and after["delta"][0]["path"] == "/z"
+
+
+async def test_an_sse_resume_from_before_the_nodes_tail_replays_from_the_stores_log(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    hub = start_hub("--tail", "3")
+    stayed = await consumer(hub)
+    await settle(stayed)
+    agent = await producer(hub)
+    await publish_counter(agent, 12)
+    live = await stayed.recv_until(lambda e: seq_of(e) == 12)
+    epoch = live[-1]["metadata"]["hub"]["epoch"]
+    headers = {"Last-Event-ID": f"{epoch}:4"}
+    async with (
+        httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http,
+        http.stream("GET", "/v1/threads/t1/events", headers=headers) as response,
+    ):
+        stream = SseReader(response)
+        welcome = await stream.next()
+        assert welcome["value"]["resumed"] is True
+        replay = [await stream.next() for _ in range(8)]
+        assert replay == [e for e in live if (seq_of(e) or 0) > 4]
+        assert stream.ids()[-1] == f"{epoch}:12"
+    assert hub.metric("agui_hub_resyncs_total", cause="resume_too_old") == 0
 
 
 async def test_resume_too_old_gets_a_snapshot(start_hub: Callable[..., HubProcess]) -> None:

@@ -85,11 +85,13 @@ class ConsumerEndpoint(ThreadEndpoint):
             return
         if name is not None:
             await self.presence.prepare(loaded.key)
+        older = await hub.history(loaded, target.since, target.epoch)
         thread = loaded.thread
         # Decide and subscribe first (synchronously, so no event slips by), then welcome: the
         # writer starts only after it, so the welcome is still the first frame.
         position = (thread.thread_id, thread.seq, thread.epoch, self.config.node)
-        cause = hub.attach(loaded, outbox, target.since, target.epoch)
+        cause = hub.attach(loaded, outbox, target.since, target.epoch, older)
+        del older
         extra: dict[str, Any] = {}
         refused = None
         if name is not None:

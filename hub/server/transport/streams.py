@@ -323,11 +323,13 @@ async def serve_events(
     welcome until the stream is over; shown as ``presence``'s name (hub.server.presence)."""
     sink = EventSink(writer)
     outbox = outbox_for(hub, loaded, sink, "s", path)
+    older = await hub.history(loaded, since, epoch)
     thread = loaded.thread
     position = (thread.thread_id, thread.seq, thread.epoch, hub.config.node)
     await sink.write(f"retry: {RETRY_MS}\n\n".encode())
     # As for WebSocket consumers: decide and subscribe synchronously, then welcome, then feed.
-    cause = hub.attach(loaded, outbox, since, epoch)
+    cause = hub.attach(loaded, outbox, since, epoch, older)
+    del older
     interrupts = thread.interrupts  # open: a tab that opens after the question sees it
     extra: dict[str, Any] = {}
     first: list[Frame] = []
@@ -387,15 +389,16 @@ async def serve_connect(
     run began or ended since) resumes from there; any other is answered as a new connect:
     the history's snapshots take it to now whatever it held (a subtree's connect always is:
     it resumes with the subtree's snapshot, as an SSE consumer of a subtree does)."""
+    older = None if path is not None else await hub.history(loaded, since, epoch)
     thread = loaded.thread
     in_run = False
     if since is not None and epoch == thread.epoch and thread.run is not None and path is None:
-        missed = thread.since(since)
+        missed = thread.since(since, older)
         bounds = ("RUN_STARTED", "RUN_FINISHED", "RUN_ERROR")
         in_run = missed is not None and not any(e["type"] in bounds for e in missed)
     sink = ConnectSink(thread, in_run=in_run)
     sink.bind(writer)
     outbox = outbox_for(hub, loaded, sink, "c", path)
-    hub.attach(loaded, outbox, since if in_run else None, epoch if in_run else None)
-    del thread  # not held for the stream's life (a reload replaces the copy)
+    hub.attach(loaded, outbox, *((since, epoch, older) if in_run else (None, None)))
+    del thread, older  # not held for the stream's life (a reload replaces the copy)
     await _feed(hub, loaded, outbox, sink, writer, [])

@@ -69,6 +69,14 @@ SYNC_CACHE_BYTES = 4 << 20
 
 #: Seconds a thread with no connections stays loaded after its last change.
 UNLOAD_AFTER = 60.0
+#: Changes submitted on this node and not yet committed or refused, at most, before the
+#: producers wait (:attr:`Hub.behind`): an agent's socket is read ahead of its commits (up to
+#: hub.server.transport.agent.MAX_IN_FLIGHT frames), and 1,000 agents sending as fast as they
+#: can had 200,000 frames read and held at once, about 2 KB each (issue 17: 780 MiB). This
+#: many keeps every thread's batches full at 1,000 busy threads; past it TCP pushes back.
+MAX_SUBMITTED = 8192
+#: Once past it, the producers read again when this many or fewer are left.
+SUBMITTED_RESUME = MAX_SUBMITTED * 3 // 4
 #: Seconds between asking an unreachable store again: doubling from the first to the last
 #: (each jittered by 0.5-1.5x).
 STORE_RETRY_MIN = 0.25
@@ -116,6 +124,11 @@ class Hub:
         else:
             self.broker = LocalBroker()
             self.persistence = LocalPersistence(self, store, config, self.metrics, health=health)
+        #: Changes submitted and not yet answered (see MAX_SUBMITTED), and whether producers
+        #: may go on (set) or wait for them to drain.
+        self.submitted = 0
+        self._room = asyncio.Event()
+        self._room.set()
         #: Called with a thread's key when it is unloaded (tenant thread counts).
         self.on_unload: Callable[[str], None] = lambda key: None
         #: Called with a thread's key when its first consumer on this node attaches
@@ -247,8 +260,18 @@ class Hub:
         if future.done():
             self._count(future, started)
         else:
-            future.add_done_callback(lambda done: self._count(done, started))
+            self.submitted += 1
+            if self.submitted >= MAX_SUBMITTED:
+                self._room.clear()
+            future.add_done_callback(lambda done: self._answered(done, started))
         return future
+
+    def _answered(self, future: asyncio.Future[Outcome], started: float) -> None:
+        self.submitted -= 1
+        if self.submitted <= SUBMITTED_RESUME and not self._room.is_set():
+            self._room.set()
+        if not future.cancelled():
+            self._count(future, started)
 
     def _count(self, future: asyncio.Future[Outcome], started: float) -> None:
         """A change committed (fanned out and, on a shared store, stored) or refused."""
@@ -374,12 +397,16 @@ class Hub:
 
     @property
     def behind(self) -> bool:
-        """The store is behind: producers wait on :meth:`backpressure` (checked per frame)."""
-        return self.persistence.behind
+        """The store is behind, or the node holds :data:`MAX_SUBMITTED` changes not yet
+        committed: producers wait on :meth:`backpressure` (checked per frame)."""
+        return self.persistence.behind or not self._room.is_set()
 
     async def backpressure(self) -> None:
-        """Wait while the store is behind by ``persist_queue`` writes or more."""
-        await self.persistence.backpressure()
+        """Wait while the store is behind by ``persist_queue`` writes or more, or the node's
+        submitted changes have not drained to :data:`SUBMITTED_RESUME`."""
+        while self.behind:
+            await self.persistence.backpressure()
+            await self._room.wait()
 
     def released(self, loaded: LoadedThread) -> None:
         """An agent let go of the thread (its last consumer: see :meth:`detach`): it may be
@@ -643,6 +670,12 @@ class Hub:
         return [
             *self.store.gauges(),
             ("agui_hub_threads", "Threads loaded on this node.", {}, float(len(self.loaded))),
+            (
+                "agui_hub_changes_in_flight",
+                "Changes (agent frames, edits) submitted on this node, not yet committed.",
+                {},
+                float(self.submitted),
+            ),
             (
                 "agui_hub_threads_watched",
                 "Threads loaded on this node with a consumer on it here.",

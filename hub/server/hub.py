@@ -213,7 +213,7 @@ class Hub:
         # The newest --tail of what the store keeps: a resume from before reads the store.
         retention = min(self.config.tail, self.config.retention)
         try:
-            stored = await self.store.load(key)
+            stored = await self.store.load(key, newest=retention)
         except HubError:
             raise
         except Exception as exc:  # an outage is one line for the node; anything else a stack

@@ -73,10 +73,14 @@ class Store(ABC):
         self.retention = max(1, retention)
 
     @abstractmethod
-    async def load(self, thread_id: str) -> StoredThread | None:
+    async def load(self, thread_id: str, *, newest: int | None = None) -> StoredThread | None:
         """The thread's record and retained log, or None if the store has no such thread.
         Like every read here (``head``, ``read_log``, ``load_session``, ``run_lease``) it
-        stores nothing: a thread exists only once a writer created it (:meth:`create_new`)."""
+        stores nothing: a thread exists only once a writer created it (:meth:`create_new`).
+
+        With ``newest``, the log may be cut to its events after the record and its newest
+        ``newest`` (what a node keeps in memory, ``--tail``): a store that decodes each event
+        it hands over need not decode the rest. None: all of it."""
 
     @abstractmethod
     async def create(self, thread_id: str, record: bytes) -> None:

@@ -35,7 +35,7 @@ class MemoryStore(Store):
         #: Each written thread's last activity (Unix ms; see Store.mark_present).
         self._active: dict[str, int] = {}
 
-    async def load(self, thread_id: str) -> StoredThread | None:
+    async def load(self, thread_id: str, *, newest: int | None = None) -> StoredThread | None:
         record = self._records.get(thread_id)
         if record is None:
             return None

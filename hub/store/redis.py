@@ -60,6 +60,7 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+import msgpack
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -692,16 +693,21 @@ class RedisStore(Store):
             )
         return self._bus
 
-    async def _read_from(self, thread_id: str, first: str) -> tuple[bytes, list[Event]] | None:
+    async def _read_from(
+        self, thread_id: str, first: str, newest: int | None = None
+    ) -> tuple[bytes, list[Event]] | None:
         record_key, log_key, _ = thread_keys(thread_id)
         record, entries = await self._read(keys=[record_key, log_key], args=[first])
         if record is None:
             return None
+        record = bytes(record)
+        if newest is not None and len(entries) > newest:
+            entries = entries[_cut(entries, newest, _record_seq(record)) :]
         # A script returns a stream entry's fields as a flat list: [b"e", packed].
-        return bytes(record), [unpack(fields[1]) for _, fields in entries]
+        return record, [unpack(fields[1]) for _, fields in entries]
 
-    async def load(self, thread_id: str) -> StoredThread | None:
-        read = await self._read_from(thread_id, "-")
+    async def load(self, thread_id: str, *, newest: int | None = None) -> StoredThread | None:
+        read = await self._read_from(thread_id, "-", newest)
         return None if read is None else StoredThread(*read)
 
     async def read_log(self, thread_id: str, after: int) -> list[Event] | None:
@@ -1050,3 +1056,36 @@ class RedisStore(Store):
         if self._resp is not None:
             await self._resp.close()
         await self.client.aclose()
+
+
+def _record_seq(record: bytes) -> int | None:
+    """The ``seq`` of a packed record (hub.core.thread.Thread.to_record), read without decoding
+    the state after it; None if it has none where expected."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker.feed(record)
+    try:
+        for _ in range(unpacker.read_map_header()):
+            if unpacker.unpack() == "seq":
+                seq = unpacker.unpack()
+                return seq if type(seq) is int else None
+            unpacker.skip()
+    except (ValueError, msgpack.UnpackException, msgpack.OutOfData):
+        return None
+    return None
+
+
+def _cut(entries: list[Any], newest: int, after: int | None) -> int:
+    """Where a log of stream ``entries`` (ids ``{seq}-0``, in order) may begin for a node that
+    keeps its ``newest``: no later than the first entry after the record's seq ``after``
+    (None: unknown, so at the first)."""
+    if after is None:
+        return 0
+    cut = len(entries) - newest
+    while cut > 0 and _entry_seq(entries[cut - 1][0]) > after:
+        cut -= 1
+    return cut
+
+
+def _entry_seq(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.partition("-")[0])

@@ -103,7 +103,7 @@ class SqliteStore(Store):
     def db(self) -> sqlite3.Connection:
         return self.file.db
 
-    async def load(self, thread_id: str) -> StoredThread | None:
+    async def load(self, thread_id: str, *, newest: int | None = None) -> StoredThread | None:
         result: StoredThread | None = await self._run(self._load, thread_id)
         return result
 

@@ -108,6 +108,26 @@ async def test_the_log_keeps_only_the_newest_retention_events(opener: Opener) ->
     assert [e["metadata"]["hub"]["seq"] for e in stored.log] == [4, 5, 6, 7, 8]
 
 
+@pytest.mark.parametrize("record_seq", [0, 2, 4, 5])
+async def test_a_load_for_a_tail_keeps_the_events_after_the_record_and_the_newest(
+    opener: Opener, record_seq: int
+) -> None:
+    """``load(newest=n)`` may leave out what a node keeping ``n`` events never needs: never an
+    event after the record (the node replays those), never one of the newest ``n``."""
+    store = await opener()
+    await store.create("t", pack({"v": 1, "threadId": "t", "epoch": "e", "seq": 0, "state": {}}))
+    for seq in range(1, 6):
+        await store.append("t", [event(seq)])
+    record = {"v": 1, "threadId": "t", "epoch": "e", "seq": record_seq, "state": {"big": [1] * 99}}
+    await store.save_record("t", pack(record))
+    whole = await store.load("t")
+    cut = await store.load("t", newest=2)
+    assert whole is not None and cut is not None and cut.record == whole.record
+    seqs = [e["metadata"]["hub"]["seq"] for e in cut.log]
+    assert seqs == [e["metadata"]["hub"]["seq"] for e in whole.log][-len(seqs) :]
+    assert seqs[-2:] == [4, 5] and set(range(record_seq + 1, 6)) <= set(seqs)
+
+
 async def test_save_record_replaces_the_record_and_keeps_the_log(opener: Opener) -> None:
     store = await opener()
     await store.create("t", pack({"seq": 0}))

@@ -11,8 +11,9 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis_support import RedisServer
 
+from hub.core.thread import Thread
 from hub.errors import BadPath, StoreConflict, UnknownThread
-from hub.store.redis import RedisStore, thread_keys
+from hub.store.redis import RedisStore, _record_seq, thread_keys
 from hub.store.redis_bus import HEADER_BYTES, ORIGIN_BYTES
 from hub.wire.codec import pack, unpack
 
@@ -208,3 +209,33 @@ async def test_on_a_single_redis_the_thread_list_costs_no_round_trip_per_event_a
         "agui:{acme/}:threads",
     ]  # no run open: no thread-run entry
     assert len({key_slot(k.encode()) for k in index}) == 1
+
+
+@pytest.mark.parametrize(
+    ("record_seq", "kept"), [(5, [4, 5]), (2, [3, 4, 5]), (0, [1, 2, 3, 4, 5])]
+)
+async def test_a_load_for_a_tail_decodes_only_what_the_node_keeps(
+    store: RedisStore, record_seq: int, kept: list[int]
+) -> None:
+    """A node keeps a thread's newest ``--tail`` events: its load decodes those and the ones
+    after the record (which it replays), not the whole stream (10,000 events by default)."""
+    thread = Thread("t", "e", retention=1)
+    await store.create("t", pack(thread.to_record()))
+    for seq in range(1, 6):
+        await store.append("t", [event(seq)])
+    record = {**thread.to_record(), "seq": record_seq, "state": {"big": ["x" * 50] * 200}}
+    await store.save_record("t", pack(record))
+    cut = await store.load("t", newest=2)
+    assert cut is not None and [e["metadata"]["hub"]["seq"] for e in cut.log] == kept
+    whole = await store.load("t")
+    assert whole is not None and len(whole.log) == 5
+
+
+def test_a_records_seq_is_read_without_decoding_the_rest() -> None:
+    thread = Thread("t", "e")
+    thread.publish({"type": "STATE_SNAPSHOT", "snapshot": {"deep": [[[1]]] * 50}})
+    assert _record_seq(pack(thread.to_record())) == 1
+    assert _record_seq(pack({"epoch": "e"})) is None  # no seq: the whole log is kept
+    assert _record_seq(pack({"seq": "1"})) is None
+    assert _record_seq(b"\x93\x01\x02") is None  # not a map
+    assert _record_seq(b"") is None

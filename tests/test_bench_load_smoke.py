@@ -12,3 +12,5 @@ def test_the_load_figures_come_from_a_real_run() -> None:
     assert 0 < row["min_ms"] <= row["median_ms"]
     whole = measure(300, loads=3, tail=64, whole=True)  # the same copy from the whole log
     assert whole["kept"] == 64
+    behind = measure(300, loads=3, tail=64, behind=100)  # the record older than the tail
+    assert behind["kept"] == 64

@@ -39,7 +39,9 @@ def delta(n: int) -> dict[str, Any]:
     }
 
 
-async def _measure(url: str, events: int, loads: int, tail: int, whole: bool) -> dict[str, float]:
+async def _measure(
+    url: str, events: int, loads: int, tail: int, whole: bool, behind: int
+) -> dict[str, float]:
     store = await open_store(url, retention=max(events + 1, 1))
     try:
         thread = Thread("t", "0123456789abcdef", retention=1)
@@ -47,13 +49,18 @@ async def _measure(url: str, events: int, loads: int, tail: int, whole: bool) ->
         snapshot = {"type": "STATE_SNAPSHOT", "snapshot": {"counter": 0, "status": "", "log": []}}
         batch = thread.publish(snapshot).events
         for n in range(events):
+            if n == events - behind:  # the record compacted here, ``behind`` events ago
+                await store.append(KEY, batch)
+                batch = []
+                await store.save_record(KEY, pack(thread.to_record()))
             batch += thread.publish(delta(n)).events
             if len(batch) >= BATCH:
                 await store.append(KEY, batch)
                 batch = []
         if batch:
             await store.append(KEY, batch)
-        await store.save_record(KEY, pack(thread.to_record()))
+        if not behind:
+            await store.save_record(KEY, pack(thread.to_record()))
         times = []
         for _ in range(loads):
             started = time.perf_counter()
@@ -73,14 +80,16 @@ async def _measure(url: str, events: int, loads: int, tail: int, whole: bool) ->
 
 
 def measure(
-    events: int, loads: int = 15, tail: int = TAIL, *, whole: bool = False
+    events: int, loads: int = 15, tail: int = TAIL, *, whole: bool = False, behind: int = 0
 ) -> dict[str, float]:
     """One thread of ``events`` deltas, loaded ``loads`` times on a redis-server of its own;
-    ``whole``: the whole log decoded, as a node did before ``4550144`` (then cut to the tail)."""
+    ``whole``: the whole log decoded, as a node did before ``4550144`` (then cut to the tail);
+    ``behind``: its record compacted that many events before the head (a node compacts every
+    ``--compact-every`` events, 1,000, or after a quiet while)."""
     redis = RedisProcess()
     redis.start()
     try:
-        return asyncio.run(_measure(redis.url, events, loads, tail, whole))
+        return asyncio.run(_measure(redis.url, events, loads, tail, whole, min(behind, events)))
     finally:
         redis.stop()
 
@@ -90,16 +99,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, nargs="+", default=[1_000, 10_000])
     parser.add_argument("--loads", type=int, default=15, help="loads timed per size")
     parser.add_argument("--tail", type=int, default=TAIL, help="the node's --tail")
+    parser.add_argument(
+        "--behind", type=int, nargs="+", default=[0, 1_000], help="events after the record"
+    )
     args = parser.parse_args(argv)
-    print("| events in the log | load, median / fastest | the whole log decoded | kept |")
+    print("| events in the log | record behind by | load, median / fastest | whole log decoded |")
     print("| --- | --- | --- | --- |")
     for events in args.events:
-        cut = measure(events, args.loads, args.tail)
-        whole = measure(events, args.loads, args.tail, whole=True)
-        print(
-            f"| {events:,} | {cut['median_ms']:.1f} / {cut['min_ms']:.1f} ms "
-            f"| {whole['median_ms']:.1f} / {whole['min_ms']:.1f} ms | {cut['kept']:.0f} |"
-        )
+        for behind in args.behind:
+            cut = measure(events, args.loads, args.tail, behind=behind)
+            whole = measure(events, args.loads, args.tail, whole=True, behind=behind)
+            print(
+                f"| {events:,} | {behind:,} | {cut['median_ms']:.1f} / {cut['min_ms']:.1f} ms "
+                f"| {whole['median_ms']:.1f} / {whole['min_ms']:.1f} ms |"
+            )
     return 0
 
 

@@ -273,6 +273,16 @@ end
 return {record, redis.call('XRANGE', KEYS[2], ARGV[1], '+')}
 """
 
+# KEYS: record, log. ARGV: a count. The record (or false) and the log's newest ARGV[1] entries,
+# newest first: what a node keeping that many reads when the record is among them (one round
+# trip, not the whole stream; see RedisStore.load).
+READ_NEWEST = """
+local record = redis.call('GET', KEYS[1])
+if not record then
+  return {false, {}}
+end
+return {record, redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', ARGV[1])}
+"""
 
 # KEYS: record, log, meta, session, run, run-alive, queue, queued, queue-hold, queue-taken
 # (every key of the thread: one slot). Deletes them all: {how many existed, the run holding a
@@ -609,6 +619,7 @@ class RedisStore(Store):
         self._list = client.register_script(LIST)
         self._save = client.register_script(SAVE_RECORD)
         self._read = client.register_script(READ)
+        self._read_newest = client.register_script(READ_NEWEST)
         self._head = client.register_script(HEAD)
         self._log = client.register_script(LOG)
         self._release_run = client.register_script(RELEASE_RUN)
@@ -693,22 +704,36 @@ class RedisStore(Store):
             )
         return self._bus
 
-    async def _read_from(
-        self, thread_id: str, first: str, newest: int | None = None
-    ) -> tuple[bytes, list[Event]] | None:
-        record_key, log_key, _ = thread_keys(thread_id)
-        record, entries = await self._read(keys=[record_key, log_key], args=[first])
+    async def load(self, thread_id: str, *, newest: int | None = None) -> StoredThread | None:
+        """With ``newest``: the record and the log's newest entries in one round trip, and,
+        when the record is older than those, the log from the record on in a second; the
+        whole stream (up to ``retention``) is read only when neither joins the record."""
+        keys = list(thread_keys(thread_id)[:2])
+        if newest is not None:
+            record, entries = await self._read_newest(keys=keys, args=[max(1, newest)])
+            if record is None:
+                return None
+            record = bytes(record)
+            entries.reverse()
+            after = _record_seq(record)
+            if after is not None and entries and _entry_seq(entries[0][0]) > after + 1:
+                entries = await self._log(keys=keys, args=[f"{after + 1}-0"])  # None: gone
+            if (
+                after is not None
+                and entries is not None
+                and (not entries or _entry_seq(entries[0][0]) <= after + 1)
+            ):
+                return StoredThread(record, [unpack(fields[1]) for _, fields in entries])
+            # The log does not begin right after the record (recreated or trimmed meanwhile):
+            # as a load of everything does.
+        record, entries = await self._read(keys=keys, args=["-"])
         if record is None:
             return None
         record = bytes(record)
         if newest is not None and len(entries) > newest:
             entries = entries[_cut(entries, newest, _record_seq(record)) :]
         # A script returns a stream entry's fields as a flat list: [b"e", packed].
-        return record, [unpack(fields[1]) for _, fields in entries]
-
-    async def load(self, thread_id: str, *, newest: int | None = None) -> StoredThread | None:
-        read = await self._read_from(thread_id, "-", newest)
-        return None if read is None else StoredThread(*read)
+        return StoredThread(record, [unpack(fields[1]) for _, fields in entries])
 
     async def read_log(self, thread_id: str, after: int) -> list[Event] | None:
         record_key, log_key, _ = thread_keys(thread_id)

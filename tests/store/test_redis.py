@@ -239,3 +239,18 @@ def test_a_records_seq_is_read_without_decoding_the_rest() -> None:
     assert _record_seq(pack({"seq": "1"})) is None
     assert _record_seq(b"\x93\x01\x02") is None  # not a map
     assert _record_seq(b"") is None
+
+
+async def test_a_load_for_a_tail_whose_log_does_not_join_the_record_reads_it_all(
+    store: RedisStore,
+) -> None:
+    """A record older than the log's first event (trimmed past it: retention 5 here) joins
+    nothing a tail read finds: the load is the whole stream, as a load without a tail."""
+    thread = Thread("t", "e", retention=1)
+    await store.create("t", pack(thread.to_record()))  # its record stays at seq 0
+    for seq in range(1, 9):
+        await store.append("t", [event(seq)])
+    cut, whole = await store.load("t", newest=2), await store.load("t")
+    assert cut is not None and whole is not None
+    assert [e["metadata"]["hub"]["seq"] for e in cut.log] == [4, 5, 6, 7, 8]
+    assert cut.log == whole.log

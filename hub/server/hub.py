@@ -73,7 +73,8 @@ UNLOAD_AFTER = 60.0
 #: producers wait (:attr:`Hub.behind`): an agent's socket is read ahead of its commits (up to
 #: hub.server.transport.agent.MAX_IN_FLIGHT frames), and 1,000 agents sending as fast as they
 #: can had 200,000 frames read and held at once, about 2 KB each (issue 17: 780 MiB). This
-#: many keeps every thread's batches full at 1,000 busy threads; past it TCP pushes back.
+#: many is 8 a thread at 1,000 busy threads, where the burst's throughput stayed within the
+#: machine's spread of the unbounded node's (README); past it TCP pushes back.
 MAX_SUBMITTED = 8192
 #: Once past it, the producers read again when this many or fewer are left.
 SUBMITTED_RESUME = MAX_SUBMITTED * 3 // 4
@@ -267,6 +268,7 @@ class Hub:
         return future
 
     def _answered(self, future: asyncio.Future[Outcome], started: float) -> None:
+        """A change submitted and waited for is answered: room for the producers, and counted."""
         self.submitted -= 1
         if self.submitted <= SUBMITTED_RESUME and not self._room.is_set():
             self._room.set()

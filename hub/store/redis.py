@@ -716,16 +716,14 @@ class RedisStore(Store):
             record = bytes(record)
             entries.reverse()
             after = _record_seq(record)
-            if after is not None and entries and _entry_seq(entries[0][0]) > after + 1:
-                entries = await self._log(keys=keys, args=[f"{after + 1}-0"])  # None: gone
-            if (
-                after is not None
-                and entries is not None
-                and (not entries or _entry_seq(entries[0][0]) <= after + 1)
-            ):
-                return StoredThread(record, [unpack(fields[1]) for _, fields in entries])
-            # The log does not begin right after the record (recreated or trimmed meanwhile):
-            # as a load of everything does.
+            if after is not None:
+                if not entries or _entry_seq(entries[0][0]) <= after + 1:  # one script: they join
+                    return StoredThread(record, [unpack(fields[1]) for _, fields in entries])
+                rest = await self._log(keys=keys, args=[f"{after + 1}-0"])
+                if rest and _entry_seq(rest[0][0]) == after + 1:
+                    return StoredThread(record, [unpack(fields[1]) for _, fields in rest])
+            # The log does not begin right after the record (trimmed past it, or the thread
+            # recreated between the two reads): as a load of everything does.
         record, entries = await self._read(keys=keys, args=["-"])
         if record is None:
             return None

@@ -134,8 +134,10 @@ class RedisBus(Bus):
             return await self.pubsub.get_sharded_message(
                 ignore_subscribe_messages=True, timeout=1.0
             )
+        pubsub = self.pubsub
+        assert not isinstance(pubsub, RespPubSub)  # it dispatches (see run)
         message: dict[str, Any] | None
-        message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
         return message
 
     @property

@@ -442,15 +442,15 @@ class _PushProtocol(_Protocol):
 
 
 class RespPubSub:
-    """Redis pub/sub on a connection of its own, the surface the bus uses of redis-py's
-    ``PubSub`` (``subscribe``, ``unsubscribe``, ``get_message``, ``aclose``): every message a
-    node hears, its own appends included, costs redis-py's ``PubSub`` a Python call chain
-    (about 9 us of CPU each on the benchmarks' machine); here hiredis parses what one read
-    brought, and a message is one tuple taken off a queue.
+    """Redis pub/sub on a connection of its own, for the bus (``subscribe``, ``unsubscribe``,
+    :meth:`dispatch`, ``aclose``): every message a node hears, its own appends included, costs
+    redis-py's ``PubSub`` a Python call chain (about 9 us of CPU each on the benchmarks'
+    machine); here hiredis parses what one read brought, and each message is handed on from
+    the read's callback (what comes before a dispatcher starts waits in a bounded queue).
 
     Unlike redis-py's, it never reconnects by itself: a lost connection raises from
-    :meth:`get_message` (and from :meth:`subscribe`), and the bus starts a new one and catches
-    up from the store. ``on_connect`` is called once the connection is up."""
+    :meth:`dispatch` (and from :meth:`subscribe`), and the bus starts a new one and catches up
+    from the store. ``on_connect`` is called once the connection is up."""
 
     def __init__(
         self, connection: RespConnection, on_connect: Callable[[], None], skip: bytes = b""
@@ -485,34 +485,6 @@ class RespPubSub:
         if protocol is not None and protocol.transport is not None and not protocol.lost:
             protocol.transport.write(pack_commands([["UNSUBSCRIBE", channel]]))
 
-    async def get_message(
-        self, ignore_subscribe_messages: bool = True, timeout: float = 1.0
-    ) -> dict[str, Any] | None:
-        """The next message (``{"type", "channel", "data"}``), or None after ``timeout``
-        seconds with none; raises redis-py's ``ConnectionError`` once the connection is lost
-        (after the messages that came before)."""
-        protocol = await self._connected_or_none(timeout)
-        if protocol is None:
-            return None
-        pushes = protocol.pushes
-        while True:
-            while pushes:
-                kind, channel, data = pushes.popleft()
-                if protocol.paused:
-                    protocol.taken()
-                if kind == b"message":
-                    return {"type": "message", "channel": channel, "data": data}
-                if not ignore_subscribe_messages:
-                    return {"type": kind.decode(), "channel": channel, "data": data}
-            if protocol.lost:
-                raise RedisConnectionError("lost the pub/sub connection to Redis")
-            protocol.arrived.clear()
-            try:
-                async with asyncio.timeout(timeout):
-                    await protocol.arrived.wait()
-            except TimeoutError:
-                return None
-
     async def dispatch(self, handler: Callable[[bytes, bytes], None]) -> None:
         """Hand every message to ``handler(channel, data)`` as it is parsed, in order, from
         the read's own callback: no queue, no task woken and no timer per message (a node
@@ -544,12 +516,6 @@ class RespPubSub:
         finally:
             if protocol.handler is handler:
                 protocol.handler = None
-
-    async def _connected_or_none(self, timeout: float) -> _PushProtocol | None:
-        if self._protocol is None:  # nothing subscribed yet: nothing to hear
-            await asyncio.sleep(timeout)
-            return None
-        return self._protocol
 
     async def aclose(self) -> None:
         protocol, self._protocol = self._protocol, None

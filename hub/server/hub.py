@@ -606,6 +606,7 @@ class Hub:
             or thread.since(since) is not None
         ):
             return None
+        self.metrics.inc("agui_hub_history_reads_total")
         try:
             return await self.store.read_log(loaded.key, since)
         except Exception as exc:  # a snapshot repairs it just as well

@@ -43,6 +43,9 @@ COUNTERS = {
     "agui_hub_receipts_in_total": "Handoff receipts stored.",
     "agui_hub_receipts_rejected_total": "Handoff receipt batches refused, by error code.",
     "agui_hub_gaps_filled_total": "Bus gaps a node filled from the store's log.",
+    "agui_hub_history_reads_total": (
+        "Resumes from before a thread's in-memory tail (--tail) that read the store's log."
+    ),
     "agui_hub_heads_behind_total": (
         "Threads another node announced ahead of this node's copy (a lost last append)."
     ),

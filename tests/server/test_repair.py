@@ -59,6 +59,7 @@ async def test_reconnect_with_since_replays_the_missed_events(hub: HubProcess) -
     replay = await again.recv_until(lambda e: seq_of(e) == 10)
     assert [seq_of(e) for e in replay] == [6, 7, 8, 9, 10]
     assert not any(is_sync(e) for e in replay)
+    assert hub.metric("agui_hub_history_reads_total") == 0  # the node's tail held them
 
 
 async def test_a_resume_from_further_back_than_the_kept_frames_replays_every_event_as_sent(
@@ -82,6 +83,7 @@ async def test_a_resume_from_further_back_than_the_kept_frames_replays_every_eve
     replay = await again.recv_until(lambda e: seq_of(e) == total)
     assert [seq_of(e) for e in replay] == list(range(6, total + 1))
     assert replay == [e for e in live if seq_of(e) > 5]
+    assert hub.metric("agui_hub_history_reads_total") == 1  # from before the node's tail (64)
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])
@@ -109,6 +111,7 @@ async def test_a_resume_from_before_the_nodes_tail_replays_from_the_stores_log(
         replay = await again.recv_until(lambda e: seq_of(e) == 25)
         assert replay == [e for e in live if (seq_of(e) or 0) > 2]
         assert node.metric("agui_hub_resyncs_total", cause="resume_too_old") == 0
+        assert node.metric("agui_hub_history_reads_total") == 1
         resumed.append(again)
     await agent.send({"type": "STATE_DELTA", "delta": [{"op": "add", "path": "/z", "value": 1}]})
     for again in resumed:  # then live, in line
@@ -138,6 +141,7 @@ async def test_an_sse_resume_from_before_the_nodes_tail_replays_from_the_stores_
         assert replay == [e for e in live if (seq_of(e) or 0) > 4]
         assert stream.ids()[-1] == f"{epoch}:12"
     assert hub.metric("agui_hub_resyncs_total", cause="resume_too_old") == 0
+    assert hub.metric("agui_hub_history_reads_total") == 1
 
 
 async def test_resume_too_old_gets_a_snapshot(start_hub: Callable[..., HubProcess]) -> None:

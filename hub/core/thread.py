@@ -150,6 +150,11 @@ class Thread:
     def run_id(self) -> str | None:
         return self.streaming.run_id
 
+    @property
+    def logged_from(self) -> int:
+        """The seq of the oldest event the log holds (``seq + 1`` when it holds none)."""
+        return self.log[0]["metadata"]["hub"]["seq"] if self.log else self.seq + 1
+
     def since(self, seq: int, older: list[Event] | None = None) -> list[Event] | None:
         """Events after ``seq`` from the retained log, or None if the log no longer holds them.
 
@@ -161,8 +166,7 @@ class Thread:
             return []
         if seq > self.seq or seq < 0:
             return None
-        first = self.log[0]["metadata"]["hub"]["seq"] if self.log else self.seq + 1
-        start = seq + 1 - first
+        start = seq + 1 - self.logged_from
         if start >= 0:
             return [self.log[i] for i in range(start, len(self.log))]
         if not older or len(older) < -start:

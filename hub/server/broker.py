@@ -500,7 +500,7 @@ class SharedBroker(Broker):
         if (
             loaded.consumers
             and (fresh.epoch == old_epoch or old_epoch == NO_EPOCH)
-            and fresh.since(committed) is None
+            and committed + 1 < fresh.logged_from
         ):
             # The consumers are behind the copy's tail (the node keeps the newest --tail
             # events): what they miss, from the store's log, if it still holds it.

@@ -603,7 +603,7 @@ class Hub:
             or (epoch is not None and epoch != thread.epoch)
             or not loaded.in_store
             or not 0 <= since < thread.seq
-            or thread.since(since) is not None
+            or since + 1 >= thread.logged_from  # the node's own log holds it
         ):
             return None
         self.metrics.inc("agui_hub_history_reads_total")

@@ -86,6 +86,19 @@ async def test_a_resume_from_further_back_than_the_kept_frames_replays_every_eve
     assert hub.metric("agui_hub_history_reads_total") == 1  # from before the node's tail (64)
 
 
+async def watched_while_published(
+    watch: HubProcess, write: HubProcess, n: int
+) -> tuple[Client, list[dict[str, Any]], str]:
+    """A consumer on ``watch`` that stays, an agent on ``write`` that publishes ``n`` deltas:
+    the agent, every event the consumer got live up to the n-th, and the thread's epoch."""
+    stayed = await consumer(watch)
+    await settle(stayed)
+    agent = await producer(write)
+    await publish_counter(agent, n)
+    live = await stayed.recv_until(lambda e: seq_of(e) == n)
+    return agent, live, live[-1]["metadata"]["hub"]["epoch"]
+
+
 @pytest.mark.parametrize("store", ["memory", "redis"])
 async def test_a_resume_from_before_the_nodes_tail_replays_from_the_stores_log(
     store: str, start_hub: Callable[..., HubProcess], request: pytest.FixtureRequest
@@ -99,12 +112,7 @@ async def test_a_resume_from_before_the_nodes_tail_replays_from_the_stores_log(
         nodes = [start_hub("--node", n, "--tail", "4", store=url) for n in ("a", "b")]
     else:
         nodes = [start_hub("--tail", "4")]
-    stayed = await consumer(nodes[-1])
-    await settle(stayed)
-    agent = await producer(nodes[0])
-    await publish_counter(agent, 25)
-    live = await stayed.recv_until(lambda e: seq_of(e) == 25)
-    epoch = live[-1]["metadata"]["hub"]["epoch"]
+    agent, live, epoch = await watched_while_published(nodes[-1], nodes[0], 25)
     resumed = []
     for node in nodes:
         again = await consumer(node, query=f"?since=2&epoch={epoch}")
@@ -123,12 +131,7 @@ async def test_an_sse_resume_from_before_the_nodes_tail_replays_from_the_stores_
     start_hub: Callable[..., HubProcess],
 ) -> None:
     hub = start_hub("--tail", "3")
-    stayed = await consumer(hub)
-    await settle(stayed)
-    agent = await producer(hub)
-    await publish_counter(agent, 12)
-    live = await stayed.recv_until(lambda e: seq_of(e) == 12)
-    epoch = live[-1]["metadata"]["hub"]["epoch"]
+    _, live, epoch = await watched_while_published(hub, hub, 12)
     headers = {"Last-Event-ID": f"{epoch}:4"}
     async with (
         httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http,

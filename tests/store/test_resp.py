@@ -34,8 +34,12 @@ def test_pack_commands_is_resp() -> None:
     assert pack_commands([["SET", "k", b"v\r\n"], ["INCRBY", "n", 12]]) == (
         b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n*3\r\n$6\r\nINCRBY\r\n$1\r\nn\r\n$2\r\n12\r\n"
     )
-    with pytest.raises(TypeError):
-        pack_commands([["SET", "k", 1.5]])
+    assert pack_commands([["SET", "k", 1.5, -3, 2**70]]) == (
+        b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\n1.5\r\n$2\r\n-3\r\n$22\r\n1180591620717411303424\r\n"
+    )
+    for bad in (None, True, [b"x"]):  # never sent as something Redis would misread
+        with pytest.raises(TypeError):
+            pack_commands([["SET", "k", bad]])
 
 
 def test_connection_for_speaks_only_plain_tcp() -> None:

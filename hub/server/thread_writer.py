@@ -45,6 +45,7 @@ import logging
 import random
 import time
 from collections import deque
+from functools import partial
 from typing import Protocol
 
 from hub.core.thread import Event, Outcome
@@ -202,13 +203,14 @@ class ThreadWriter:
             self._next()
             return
         started = time.monotonic()
+        self._flight = asyncio.get_running_loop().create_future()
+        landed = partial(self._landed, batch, outcomes, events, started)
         try:
-            flight = self.store.start_append(loaded.key, events)
+            # Answered by the callback that reads the store's reply (Redis): the commit, the
+            # fan-out and the answers follow in that callback, with no loop turn before them.
+            self.store.start_append(loaded.key, events, landed)
         except Exception as exc:  # e.g. an event the store cannot encode: as if it failed
-            flight = asyncio.get_running_loop().create_future()
-            flight.set_exception(exc)
-        self._flight = flight
-        flight.add_done_callback(lambda _: self._landed(batch, outcomes, events, started))
+            landed(exc)
 
     def _landed(
         self,
@@ -216,13 +218,15 @@ class ThreadWriter:
         outcomes: list[Outcome],
         events: list[Event],
         started: float,
+        failed: BaseException | None,
     ) -> None:
         """The fast path's append answered: commit and answer, or go on in the slow path
         (the lock still held, as the slow path holds it around an append)."""
         flight, self._flight = self._flight, None
-        assert flight is not None
+        if flight is None:  # told twice (a store that raised after answering): once counts
+            return
+        flight.set_result(None)  # for close(), which waits for the batch in flight
         loaded = self.loaded
-        failed = asyncio.CancelledError() if flight.cancelled() else flight.exception()
         if failed is None:
             self._stored(started)
             try:

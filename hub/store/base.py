@@ -14,6 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hub.errors import Unavailable
@@ -90,11 +91,16 @@ class Store(ABC):
     async def append(self, thread_id: str, events: list[Event]) -> None:
         """Add sequenced events to the thread's log, keeping only the newest ``retention``."""
 
-    def start_append(self, thread_id: str, events: list[Event]) -> asyncio.Future[None]:
-        """:meth:`append`, started now and answered through a future (what it raises, the
-        future holds). A store that can send an append without a task of its own (Redis, whose
-        appends of one loop turn share one round trip) says so by overriding this."""
-        return asyncio.ensure_future(self.append(thread_id, events))
+    def start_append(
+        self, thread_id: str, events: list[Event], done: Callable[[BaseException | None], None]
+    ) -> None:
+        """:meth:`append`, started now: ``done(None)`` once the events are stored, else
+        ``done`` of what it raised (never both, never twice). A store that can send an append
+        without a task of its own (Redis, whose appends of one loop turn share one round trip)
+        overrides this, and calls ``done`` as the reply is read: no loop turn in between."""
+        task = asyncio.ensure_future(self.append(thread_id, events))
+        _appending.add(task)
+        task.add_done_callback(partial(_told, done))
 
     @abstractmethod
     async def save_record(
@@ -466,6 +472,15 @@ class Store(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional for backends
         """Release connections and files."""
+
+
+#: Appends :meth:`Store.start_append` runs as tasks, held until they are done.
+_appending: set[asyncio.Future[None]] = set()
+
+
+def _told(done: Callable[[BaseException | None], None], task: asyncio.Future[None]) -> None:
+    _appending.discard(task)
+    done(asyncio.CancelledError() if task.cancelled() else task.exception())
 
 
 class Bus(ABC):

@@ -56,7 +56,7 @@ import logging
 import secrets
 import struct
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -577,27 +577,28 @@ def _answer(future: asyncio.Future[Any] | resp.Answer, reply: Any) -> None:
 
 
 def _appended(
-    answer: asyncio.Future[None],
+    done: Callable[[BaseException | None], None],
     thread_id: str,
     events: list[Event],
     reply: Any,
     failed: BaseException | None,
 ) -> None:
-    """An append's reply, as :meth:`RedisStore.append` answers it."""
-    if answer.done():
-        return
-    if failed is not None:
-        answer.set_exception(failed)
-        return
-    status, expected, index = reply
-    if status == -1:
-        answer.set_exception(UnknownThread(thread_id))
-    elif status == 0:
-        answer.set_exception(
-            StoreConflict(thread_id, int(expected), seq_of(events[int(index) - 1]))
-        )
-    else:
-        answer.set_result(None)
+    """An append's reply, told to ``done`` as :meth:`RedisStore.append` raises it (or None)."""
+    if failed is None:
+        status, expected, index = reply
+        if status == -1:
+            failed = UnknownThread(thread_id)
+        elif status == 0:
+            failed = StoreConflict(thread_id, int(expected), seq_of(events[int(index) - 1]))
+    done(failed)
+
+
+def _settle(future: asyncio.Future[None], failed: BaseException | None) -> None:
+    if not future.done():
+        if failed is None:
+            future.set_result(None)
+        else:
+            future.set_exception(failed)
 
 
 class RedisStore(Store):
@@ -894,29 +895,29 @@ class RedisStore(Store):
         lost reply, which redis-py itself may do on a dropped connection) are skipped, so only
         a different event at a stored seq, or a gap, is a conflict."""
         if events:
-            await self.start_append(thread_id, events)
+            stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.start_append(thread_id, events, partial(_settle, stored))
+            await stored
 
-    def start_append(self, thread_id: str, events: list[Event]) -> asyncio.Future[None]:
+    def start_append(
+        self, thread_id: str, events: list[Event], done: Callable[[BaseException | None], None]
+    ) -> None:
         """:meth:`append` without a task: queued for this loop turn's pipeline
-        (:class:`_Appends`), its reply read by a callback."""
-        loop = asyncio.get_running_loop()
+        (:class:`_Appends`), its reply told to ``done`` by the callback that reads it."""
         if not events:
-            nothing: asyncio.Future[None] = loop.create_future()
-            nothing.set_result(None)
-            return nothing
+            done(None)
+            return
         keys = thread_keys(thread_id)
         args: list[Any] = [self.retention, self.origin + struct.pack(">d", time.time())]
         for event in events:
             args += [seq_of(event), pack(event)]
         tenant, local_id = split_key(thread_id)
         run = run_arg(run_change(events))
-        answer: asyncio.Future[None] = loop.create_future()
-        replied = resp.Answer(partial(_appended, answer, thread_id, events))
+        replied = resp.Answer(partial(_appended, done, thread_id, events))
         if self.sharded:  # the index is another slot's: updated after the append
             self._appends.send(list(keys), args, [index_keys(tenant), local_id, run], replied)
         else:
             self._appends.send([*keys, *index_keys(tenant)], [*args, local_id, run], None, replied)
-        return answer
 
     async def save_record(
         self, thread_id: str, record: bytes, position: Position | None = None

@@ -84,6 +84,9 @@ NEW_MESSAGE: Final = frozenset(
 _CONTAINERS: Final = (dict, list, tuple)
 #: Ops whose path may name a secret-looking key in the state.
 _SCANNED: Final = frozenset({"add", "replace", "move", "copy"})
+#: Paths whose facts EventCheck keeps (see EventCheck._facts): how long, and how many.
+_PATH_FACTS_CHARS: Final = 256
+_PATH_FACTS_MAX: Final = 4096
 
 Ops = list[dict[str, Any]]
 
@@ -161,6 +164,24 @@ class EventCheck:
         checks["MESSAGES_SNAPSHOT"] = self._messages_snapshot
         checks["ACTIVITY_DELTA"] = self._activity_delta
         self._checks = checks
+        #: Per path a delta wrote: see :meth:`_facts`.
+        self._paths: dict[str, tuple[int, int, bool]] = {}
+
+    def _facts(self, path: str) -> tuple[int, int, bool]:
+        """What ``path`` says whatever the value written there: its depth (``/`` counted),
+        the most its last key adds besides the value (:func:`_key_bound`), and whether that
+        key looks like a secret's. Kept for paths up to ``_PATH_FACTS_CHARS`` long, at most
+        ``_PATH_FACTS_MAX`` of them (a hostile peer cannot grow it past that)."""
+        facts = (
+            path.count("/"),
+            _key_bound(path),
+            bool(path) and self.secrets.matches(_unescape(path.rpartition("/")[2])),
+        )
+        if len(path) <= _PATH_FACTS_CHARS:
+            if len(self._paths) >= _PATH_FACTS_MAX:
+                self._paths.clear()
+            self._paths[path] = facts
+        return facts
 
     def check(self, thread: ThreadView, event: dict[str, Any]) -> Checked:
         """Check one event (validated by ``hub.wire.events.parse_event``) about to be published
@@ -200,6 +221,7 @@ class EventCheck:
         wellformed = True
         doc = thread.state
         limit = limits.max_depth
+        paths = self._paths
         first_write = -1  # the first op that may change the state, once a copy or move asks
         replay = False  # a copy or a move may take what an earlier op wrote: see _replay
         for i, op in enumerate(ops):
@@ -230,20 +252,33 @@ class EventCheck:
                 if not isinstance(path, str):  # the core refuses it as malformed
                     grows += json_size(value)
                     continue
-                depth = path.count("/")
+                # What a path says (its depth, its last key's bound, whether that key looks
+                # like a secret's) is the path's alone: an agent writes the same few paths in
+                # every delta, so it is worked out once per path (see _facts).
+                facts = paths.get(path)
+                if facts is None:
+                    facts = self._facts(path)
+                depth, key_bound, secret_key = facts
                 if depth > limit:
                     raise too_deep(0)  # past the limit whatever the value
-                if (  # scanning: an add or a replace, its value's keys landing in the state
-                    scanning
-                    and path
-                    and _reportable(value)
-                    and matches(_unescape(path.rpartition("/")[2]))
-                ):
+                if scanning and secret_key and _reportable(value):
+                    # scanning: an add or a replace, its value's keys landing in the state
                     found.append(path)
                 # What an op can add: its value, and a new member's key. One walk of the value
-                # gives its size, checks its depth and finds its secret-looking keys.
-                scanned = matches if scanning else None
-                grows += _key_bound(path) + _walk(value, limit - depth, scanned, path, found, cap)
+                # gives its size, checks its depth and finds its secret-looking keys; a scalar
+                # (most ops' values) is sized here, as the walk would size it.
+                kind_of = type(value)
+                if kind_of is str:
+                    grows += key_bound + str_size(value)
+                elif kind_of is int:
+                    grows += key_bound + len(int.__repr__(value))
+                elif value is None or value is True:
+                    grows += key_bound + 4
+                elif value is False:
+                    grows += key_bound + 5
+                else:
+                    scanned = matches if scanning else None
+                    grows += key_bound + _walk(value, limit - depth, scanned, path, found, cap)
         applied = ops if wellformed else _kept(ops)  # what the core applies
         size = None
         if replay:  # raises too_deep; measures the size in the same trial when it is wanted

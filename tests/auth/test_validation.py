@@ -586,3 +586,57 @@ def test_an_accepted_patch_with_copies_and_moves_keeps_the_state_within_the_limi
         thread.publish(event)
         assert depth_of(thread.state) <= max_depth
         assert json_size(thread.state) <= max_bytes
+
+
+SEEN_PATHS = st.sampled_from(
+    ["", "/a", "/token", "/a/password", "/a~1api_key", "/a~0secret", "/é/token", "/a/b/c/d/e/f/g"]
+)
+SEEN_OPS = st.builds(
+    lambda kind, path, value: {"op": kind, "path": path, "value": value},
+    st.sampled_from(["add", "replace", "test"]),
+    SEEN_PATHS,
+    VALUES,
+) | st.builds(lambda path: {"op": "remove", "path": path}, SEEN_PATHS)
+
+
+@given(
+    st.dictionaries(KEYS, VALUES, max_size=4),
+    st.lists(st.lists(SEEN_OPS, min_size=1, max_size=4), min_size=2, max_size=8),
+    st.integers(1, 7),
+    st.sampled_from(["off", "flag", "reject"]),
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_check_that_saw_the_paths_before_answers_as_a_fresh_one(
+    state: Any, patches: list[list[dict[str, Any]]], max_depth: int, mode: str
+) -> None:
+    """What the check keeps per path (its depth, its key's bound, whether the key looks like a
+    secret's) is the path's alone: a check that saw every path before refuses, accepts and
+    flags each delta exactly as a check that never saw one."""
+    thread = thread_with(state)
+    warm_flags: list[list[str]] = []
+    warm = EventCheck(
+        Limits(max_depth=max_depth, max_state_bytes=300),
+        SecretPolicy(mode=mode),  # type: ignore[arg-type]
+        flagged=lambda _, found: warm_flags.append(found),
+    )
+
+    def answer(check: EventCheck, event: Event) -> tuple[str, bool]:
+        try:
+            checked = check.check(thread, event)
+        except PeerError as exc:
+            return exc.code, False
+        return "accepted", checked.patch is not None
+
+    for ops in patches:  # the warm check sees every patch's paths first
+        answer(warm, delta(*copy.deepcopy(ops)))
+    for ops in patches:
+        fresh_flags: list[list[str]] = []
+        fresh = EventCheck(
+            Limits(max_depth=max_depth, max_state_bytes=300),
+            SecretPolicy(mode=mode),  # type: ignore[arg-type]
+            flagged=lambda _, found, into=fresh_flags: into.append(found),
+        )
+        warm_flags.clear()
+        event = delta(*copy.deepcopy(ops))
+        assert answer(warm, event) == answer(fresh, event)
+        assert warm_flags == fresh_flags

@@ -98,6 +98,29 @@ async def test_appended_events_come_back_in_seq_order(opener: Opener) -> None:
     assert stored.log[2] == event(3, big="x" * 1000)
 
 
+async def test_a_started_append_tells_its_outcome_once(opener: Opener) -> None:
+    """``start_append`` (the writer's fast path) tells ``done`` None once the events are
+    stored, and what ``append`` would raise when they are not: once each."""
+    store = await opener()
+    await store.create("t", pack({}))
+    told: dict[str, list[BaseException | None]] = {"t": [], "nope": []}
+    arrived = asyncio.Event()
+
+    def done(thread: str, failed: BaseException | None) -> None:
+        told[thread].append(failed)
+        if all(told.values()):
+            arrived.set()
+
+    store.start_append("t", [event(1), event(2)], lambda failed: done("t", failed))
+    store.start_append("nope", [event(1)], lambda failed: done("nope", failed))
+    await asyncio.wait_for(arrived.wait(), 10)
+    await asyncio.sleep(0.05)  # nothing told twice
+    assert told["t"] == [None]
+    assert len(told["nope"]) == 1 and isinstance(told["nope"][0], UnknownThread)
+    stored = await store.load("t")
+    assert stored is not None and [e["metadata"]["hub"]["seq"] for e in stored.log] == [1, 2]
+
+
 async def test_the_log_keeps_only_the_newest_retention_events(opener: Opener) -> None:
     store = await opener()
     await store.create("t", pack({}))

@@ -59,7 +59,6 @@ from hub.limits import (
     too_deep,
 )
 from hub.secrets_scan import DEFAULT_POLICY, PointerPath, SecretPolicy, escape_token, spell_pointer
-from hub.wire.pointer import is_json_pointer
 
 __all__ = ["ACCEPTED", "NEW_MESSAGE", "REMEASURE", "Checked", "EventCheck", "ThreadView"]
 
@@ -85,8 +84,6 @@ NEW_MESSAGE: Final = frozenset(
 _CONTAINERS: Final = (dict, list, tuple)
 #: Ops whose path may name a secret-looking key in the state.
 _SCANNED: Final = frozenset({"add", "replace", "move", "copy"})
-#: The ops whose ``value`` member RFC 6902 requires.
-_VALUED: Final = frozenset({"add", "replace", "test"})
 #: Paths whose facts EventCheck keeps (see EventCheck._facts): how long, and how many.
 _PATH_FACTS_CHARS: Final = 256
 _PATH_FACTS_MAX: Final = 4096
@@ -228,17 +225,13 @@ class EventCheck:
         first_write = -1  # the first op that may change the state, once a copy or move asks
         replay = False  # a copy or a move may take what an earlier op wrote: see _replay
         for i, op in enumerate(ops):
-            path = op.get("path")
-            kind = op.get("op")
-            if wellformed and not (  # most ops, as check_op would find them, without its calls
-                type(kind) is str
-                and ((kind in _VALUED and "value" in op) or kind == "remove")
-                and is_json_pointer(path)
-            ):
+            if wellformed:
                 try:
                     wellformed = check_op(i, op)
                 except MalformedPatch:
                     wellformed = False
+            path = op.get("path")
+            kind = op.get("op")
             scanning = scan and len(found) < cap and kind in _SCANNED and isinstance(path, str)
             if kind == "copy" or kind == "move":  # a "value" member is ignored, as the core does
                 if first_write < 0:

@@ -57,25 +57,26 @@ def check_patch(delta: object) -> tuple[list[dict[str, Json]], list[str]]:
 
 def check_op(i: int, op: object) -> bool:
     """Validate operation ``i`` of a patch: True if it is kept, False if it is an unknown op
-    (dropped); raises :class:`MalformedPatch` as :func:`check_patch` does."""
-    if not isinstance(op, dict):
+    (dropped); raises :class:`MalformedPatch` as :func:`check_patch` does. (It runs for every
+    op of every delta a node takes, on its edge: the checks are inline.)"""
+    if type(op) is not dict and not isinstance(op, dict):
         raise MalformedPatch(f"operation {i} is not an object")
     name = op.get("op")
-    if not isinstance(name, str):
+    if type(name) is not str and not isinstance(name, str):
         raise MalformedPatch(f"operation {i} has no string 'op'")
     if name not in KNOWN_OPS:
         return False
-    _check_pointer(op, "path", i)
-    if name in ("move", "copy"):
-        _check_pointer(op, "from", i)
-    if name in ("add", "replace", "test") and "value" not in op:
+    if not is_json_pointer(op.get("path")):
+        raise MalformedPatch(_no_pointer(i, "path"))
+    if (name == "move" or name == "copy") and not is_json_pointer(op.get("from")):
+        raise MalformedPatch(_no_pointer(i, "from"))
+    if (name == "add" or name == "replace" or name == "test") and "value" not in op:
         raise MalformedPatch(f"operation {i} ({name}) has no 'value'")
     return True
 
 
-def _check_pointer(op: dict[str, Json], member: str, i: int) -> None:
-    if not is_json_pointer(op.get(member)):
-        raise MalformedPatch(f"operation {i} has no valid JSON Pointer in '{member}'")
+def _no_pointer(i: int, member: str) -> str:
+    return f"operation {i} has no valid JSON Pointer in '{member}'"
 
 
 class Document:
@@ -329,11 +330,6 @@ def _replace(
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def _own(value: Json) -> Json:
-    """A copy of ``value`` the document may own (scalars are immutable: no copy)."""
-    return value if type(value) in _SCALARS else copy.deepcopy(value)
-
-
 def _apply_one(
     doc: Document,
     op: dict[str, Json],
@@ -346,42 +342,38 @@ def _apply_one(
     undone before anybody sees it)."""
     name = op["op"]
     parts = _parts(op["path"])
-    if (name == "replace" or name == "add") and parts and meter is None:
-        # Most ops: a member of an object, or the end of an array, reached through objects.
-        # As _add and _replace do it, without their calls; anything else goes their way.
-        node = doc._root
-        for part in parts[:-1]:
-            node = node[part] if type(node) is dict and part in node else _child(node, part)
-        key = parts[-1]
+    if name == "add" or name == "replace":
         value = op["value"]
-        if own and type(value) not in _SCALARS:
+        if own and type(value) not in _SCALARS:  # scalars are immutable: no copy
             value = copy.deepcopy(value)
-        if type(node) is dict:
-            if key in node:
-                previous = node[key]
-                node[key] = value
-                journal.append(lambda: node.__setitem__(key, previous))
-            elif name == "add":
-                node[key] = value
-                journal.append(lambda: node.__delitem__(key))
-            else:
-                raise PatchFailed(f"no member {key!r}")
-            return
-        if type(node) is list and key == "-" and name == "add":
-            node.append(value)
-            journal.append(node.pop)
-            return
+        if parts and meter is None:
+            # Most ops: a member of an object, or the end of an array, reached through
+            # objects. Set here as _add and _replace set it, without their calls.
+            node = doc._root
+            for part in parts[:-1]:
+                node = node[part] if type(node) is dict and part in node else _child(node, part)
+            key = parts[-1]
+            if type(node) is dict:
+                if key in node:
+                    previous = node[key]
+                    node[key] = value
+                    journal.append(lambda: node.__setitem__(key, previous))
+                elif name == "add":
+                    node[key] = value
+                    journal.append(lambda: node.__delitem__(key))
+                else:
+                    raise PatchFailed(f"no member {key!r}")
+                return
+            if type(node) is list and key == "-" and name == "add":
+                node.append(value)
+                journal.append(node.pop)
+                return
         if name == "add":
             _add(doc, parts, value, journal, meter)
         else:
             _replace(doc, parts, value, journal, meter)
-        return
-    if name == "add":
-        _add(doc, parts, _own(op["value"]) if own else op["value"], journal, meter)
     elif name == "remove":
         _remove(doc, parts, journal, meter)
-    elif name == "replace":
-        _replace(doc, parts, _own(op["value"]) if own else op["value"], journal, meter)
     elif name == "test":
         if not json_equal(_resolve(doc, parts), op["value"]):
             raise PatchFailed("test failed: the value differs")

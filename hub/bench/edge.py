@@ -1,10 +1,12 @@
 """What one agent event costs at the edge, in-process: decode, ``parse_event``,
 ``Guard.check_event`` and ``Thread.publish``, as the agent handler runs them.
 
-``python -m hub.bench.edge`` prints two figures:
+``python -m hub.bench.edge`` prints three figures:
 
 - events per second for small ``STATE_DELTA`` frames (two ops, as a counter-and-log agent
   sends them);
+- the Python function calls one of them costs (``cProfile``'s count, builtins included: the
+  interpreter is most of a node's CPU, and the calls most of the interpreter's work);
 - the time per ``TEXT_MESSAGE_CONTENT`` delta when one message is streamed in 1-character
   deltas up to 100 KB, at the start and at the end of the message (equal if appends cost
   O(delta), growing if each append copies the whole message).
@@ -15,7 +17,9 @@ No sockets, no store, no clock other than ``time.perf_counter``. It lives with t
 
 from __future__ import annotations
 
+import cProfile
 import json
+import pstats
 import time
 from collections.abc import Callable
 from typing import Any
@@ -55,7 +59,30 @@ def _edge() -> tuple[Callable[[str], Any], Any]:
 def state_deltas(count: int = DELTA_EVENTS) -> tuple[float, int]:
     """(events per second, frame size in bytes) for ``count`` two-op STATE_DELTA frames."""
     one, _ = _edge()
-    frames = [
+    frames = _delta_frames(count)
+    start = time.perf_counter()
+    for frame in frames:
+        one(frame)
+    elapsed = time.perf_counter() - start
+    return count / elapsed, len(frames[-1])
+
+
+def calls_per_delta(count: int = 2_000) -> float:
+    """Python function calls per two-op STATE_DELTA frame through the edge (cProfile)."""
+    one, _ = _edge()
+    frames = _delta_frames(count)
+    one(frames[0])  # whatever is done once (caches, first paths) is not counted
+    profile = cProfile.Profile()
+    profile.enable()
+    for frame in frames[1:]:
+        one(frame)
+    profile.disable()
+    calls = sum(row[1] for row in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
+    return calls / (count - 1)
+
+
+def _delta_frames(count: int) -> list[str]:
+    return [
         json.dumps(
             {
                 "type": "STATE_DELTA",
@@ -68,11 +95,6 @@ def state_deltas(count: int = DELTA_EVENTS) -> tuple[float, int]:
         )
         for n in range(count)
     ]
-    start = time.perf_counter()
-    for frame in frames:
-        one(frame)
-    elapsed = time.perf_counter() - start
-    return count / elapsed, len(frames[-1])
 
 
 def text_stream(size: int = TEXT_BYTES, window: int = WINDOW) -> tuple[float, float, int]:
@@ -97,6 +119,7 @@ def text_stream(size: int = TEXT_BYTES, window: int = WINDOW) -> tuple[float, fl
 def main() -> None:
     rate, frame_bytes = state_deltas()
     print(f"STATE_DELTA ({frame_bytes} B frames): {rate:,.0f} events/s")
+    print(f"STATE_DELTA: {calls_per_delta():.0f} Python calls per event (cProfile)")
     first, last, length = text_stream()
     print(
         f"TEXT_MESSAGE_CONTENT, 1-char deltas to {length:,} chars: "

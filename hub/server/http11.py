@@ -31,7 +31,9 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
+from websockets.protocol import State
 
 from hub.server.wake import woken
 
@@ -425,11 +427,81 @@ def is_upgrade(head: bytes) -> bool:
     return head.startswith(b"GET ") and _UPGRADE.search(head) is not None
 
 
+#: Takes each whole message of a WebSocket as its frame is parsed (see :func:`take_messages`);
+#: ``None`` says the rest is websockets' to deliver, through ``recv()``.
+Sink = Callable[[str | bytes | None], None]
+
+
+class _Sinks(ServerConnection):
+    """A server connection that may hand its messages to a :data:`Sink` instead of queueing
+    them for ``recv()``: the reader runs in the protocol's ``data_received``, with no queue, no
+    task to wake and no awaits per message (an agent's events, see
+    hub.server.transport.agent).
+
+    Only whole, unfragmented data frames, whose text is valid UTF-8, go to the sink. The first
+    that is not turns the sink off for good: it is told ``None`` and the frame goes to
+    websockets, so that messages keep their order (the sink's owner then reads with
+    ``recv()``, where websockets answers a fragmented message or bad UTF-8 as ever). A lost
+    connection tells the sink ``None`` too."""
+
+    sink: Sink | None = None
+
+    def process_event(self, event: Any) -> None:
+        sink = self.sink
+        if sink is not None and type(event) is Frame:
+            opcode = event.opcode
+            if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
+                if event.fin:
+                    data = event.data
+                    if opcode is Opcode.BINARY:
+                        sink(data if type(data) is bytes else bytes(data))
+                        return
+                    try:
+                        text = bytes(data).decode()
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        sink(text)
+                        return
+                self.sink = None
+                sink(None)
+            elif opcode is Opcode.CONT:  # cannot happen: its first frame turned the sink off
+                self.sink = None
+                sink(None)
+        super().process_event(event)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        sink, self.sink = self.sink, None
+        if sink is not None:
+            sink(None)
+        super().connection_lost(exc)
+
+
+def take_messages(ws: object, sink: Sink) -> bool:
+    """Hand ``ws``'s messages to ``sink`` from now on (see :class:`_Sinks`), if it can and
+    nothing is queued for ``recv()`` yet (else they would overtake what is): True if so."""
+    if not isinstance(ws, _Sinks) or ws.sink is not None:
+        return False
+    assembler = ws.recv_messages
+    if assembler.closed or assembler.get_in_progress or assembler.frames.queue:
+        return False
+    if ws.protocol.state is not State.OPEN:
+        return False
+    ws.sink = sink
+    return True
+
+
+def release_messages(ws: object) -> None:
+    """Stop handing ``ws``'s messages to a sink (:func:`take_messages`): websockets queues them."""
+    if isinstance(ws, _Sinks):
+        ws.sink = None
+
+
 def front_door(http: Callable[[], HttpConnection]) -> type[ServerConnection]:
     """A websockets connection class that first reads the request head: a WebSocket upgrade
     stays with websockets, anything else is handed to a new ``http()`` connection."""
 
-    class FrontDoor(ServerConnection):
+    class FrontDoor(_Sinks):
         _undecided: asyncio.Transport | None = None
         _head: bytearray
         _timer: asyncio.TimerHandle | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -170,17 +171,28 @@ async def test_resume_from_another_epoch_gets_a_snapshot(hub: HubProcess) -> Non
     assert hub.metric("agui_hub_resyncs_total", cause="epoch_changed") == 1
 
 
+def _small_receive_buffer(hub: HubProcess) -> socket.socket:
+    """A connected socket whose receive buffer the kernel does not grow (64 KiB)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.connect(("127.0.0.1", hub.port))
+    sock.setblocking(False)
+    return sock
+
+
 async def test_a_slow_consumer_is_conflated_not_disconnected(
     start_hub: Callable[..., HubProcess],
 ) -> None:
     hub = start_hub("--consumer-buffer", "200000", "--slow-timeout", "30")
-    slow = await consumer(hub, max_queue=1)
+    slow = await consumer(hub, max_queue=1, sock=_small_receive_buffer(hub))
     await settle(slow)
     fast = await consumer(hub)
     await settle(fast)
     agent = await producer(hub)
     blob = "x" * 50_000
-    for i in range(150):  # ~7.5 MB: far past the buffer plus what the sockets hold
+    # ~7.5 MB: far past the hub's buffer plus what the sockets hold (the slow consumer's
+    # receive buffer is fixed small: the kernel would otherwise grow it to tens of MB)
+    for i in range(150):
         await agent.send(
             {
                 "type": "STATE_DELTA",

@@ -30,6 +30,7 @@ from hub.errors import (
 )
 from hub.server import interrupts, sessions
 from hub.server.guard import Admission, Guard
+from hub.server.http11 import release_messages, take_messages
 from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
 from hub.server.logs import about
@@ -50,6 +51,17 @@ log = logging.getLogger("agui_hub.server")
 
 #: Frames one agent may have submitted and not had answered; past that its socket is not read.
 MAX_IN_FLIGHT = 1024
+
+#: Bytes of frames (each counted ``FRAME_COST`` more than its length) one agent's frames may
+#: take from the protocol before its task lets the loop turn: the loop reads many times per
+#: turn (libuv: up to 32 reads of 256 KiB), and what is taken in one turn is committed and
+#: fanned out as one batch, so without it one burst would be one batch of megabytes, written
+#: whole to every consumer.
+QUANTUM = 256 * 1024
+FRAME_COST = 4096
+
+#: A frame as the protocol hands it on (None: the rest comes through ``recv()``).
+Message = str | bytes | None
 
 
 class AgentEndpoint(ThreadEndpoint):
@@ -99,12 +111,19 @@ class AgentEndpoint(ThreadEndpoint):
             serviceSessionId=(stored or {}).get(sessions.SESSION_KEY),
         )
         state = _ProducerState(Peer(connection.admission, self.guard.connection_bucket()))
+        # From here on, frames are checked and submitted as they are parsed, from the
+        # protocol (see :meth:`_received`), held for this task until it reads them.
+        sunk = take_messages(ws, partial(self._received, ws, loaded, state))
         answers = asyncio.create_task(self._answer_loop(ws, loaded, state, encoding))
         try:
             with contextlib.suppress(ConnectionClosed):  # what it sent before closing counts
                 await ws.send(encode(welcome, encoding))
             # Not held for the connection's life: the copy a reload replaces, and the input.
             del thread, welcome, stored
+            if sunk:
+                await self._read_inbox(loaded, state)
+            # websockets' recv(): an ASGI socket, or a frame the sink does not take (see
+            # hub.server.http11.take_messages), and what follows it.
             async for message in ws:
                 state.frames += 1
                 if hub.behind:
@@ -115,6 +134,8 @@ class AgentEndpoint(ThreadEndpoint):
         except ConnectionClosed:
             pass
         finally:
+            if sunk:
+                release_messages(ws)
             # What was submitted is committed (or refused) before the run is judged.
             if state.pending:
                 await asyncio.wait([f for _, f, _ in state.pending])
@@ -131,12 +152,89 @@ class AgentEndpoint(ThreadEndpoint):
                     loaded, "the agent disconnected during the run", "agent_disconnected"
                 )
 
+    def _received(
+        self, ws: WebSocket, loaded: LoadedThread, state: _ProducerState, message: Message
+    ) -> None:
+        """A frame from the protocol, as it is parsed (see hub.server.http11.take_messages):
+        checked and submitted now when nothing needs waiting for (the common case: no task
+        wakes for it), else held for :meth:`_read_inbox` with what follows it, the socket not
+        read meanwhile. ``None``: the rest is read with ``recv()``."""
+        item: Message | _Later | BaseException = message
+        if message is not None and not state.held and self._ready(state, message):
+            state.frames += 1
+            try:
+                item = self._frame_now(loaded, state, message)
+            except Exception as exc:  # a bug: raised by the task, as recv() would have
+                item = exc
+            if item is None:
+                return
+        state.inbox.append(item)
+        state.held = True
+        transport: Any = getattr(ws, "transport", None)
+        if item is not None and state.paused is None and _open(transport):
+            transport.pause_reading()
+            state.paused = transport
+        waiter = state.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _ready(self, state: _ProducerState, message: str | bytes) -> bool:
+        """A frame may be taken now: the node is not behind its store, this agent has fewer
+        than ``MAX_IN_FLIGHT`` frames unanswered, and it has not used its ``QUANTUM`` since
+        its task last let the loop turn."""
+        state.taken += len(message) + FRAME_COST
+        return state.taken < QUANTUM and not self.hub.behind and len(state.pending) < MAX_IN_FLIGHT
+
+    async def _read_inbox(self, loaded: LoadedThread, state: _ProducerState) -> None:
+        """The frames :meth:`_received` held, in order; returns when told the rest is read
+        with ``recv()`` (or the connection was lost)."""
+        loop = asyncio.get_running_loop()
+        hub, inbox = self.hub, state.inbox
+        while True:
+            if not inbox:
+                state.held = False
+                state.resume_reading()
+                state.waiter = loop.create_future()
+                try:
+                    await state.waiter
+                finally:
+                    state.waiter = None
+                continue
+            if state.taken >= QUANTUM:
+                # Its quantum used: what it sent so far is committed and fanned out (the
+                # writers' turn comes first) before more of it is taken.
+                state.taken = 0
+                await asyncio.sleep(0)
+            item = inbox.popleft()
+            if item is None:
+                state.resume_reading()
+                return
+            if isinstance(item, _Later):
+                await self._frame_later(loaded, state, item)
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                if hub.behind:
+                    await hub.backpressure()
+                if len(state.pending) >= MAX_IN_FLIGHT:
+                    await state.pending[0][1]
+                state.frames += 1
+                await self._frame(loaded, state, item)
+
     async def _frame(
         self, loaded: LoadedThread, state: _ProducerState, message: str | bytes
     ) -> None:
         """Check one frame at the edge and submit it (``state.pending`` gets its answer)."""
-        hub = self.hub
-        reply: dict[str, Any] | None = None
+        later = self._frame_now(loaded, state, message)
+        if later is not None:
+            await self._frame_later(loaded, state, later)
+
+    def _frame_now(
+        self, loaded: LoadedThread, state: _ProducerState, message: str | bytes
+    ) -> _Later | None:
+        """:meth:`_frame` as far as it needs no waiting: the whole of it (None) but for a
+        ``hub.session`` request, a ``RUN_STARTED`` (which may answer interrupts) and a frame
+        past its rate, which :meth:`_frame_later` finishes."""
         run, opens = state.run, False
         try:
             frame = decode(message)
@@ -149,8 +247,23 @@ class AgentEndpoint(ThreadEndpoint):
             self.guard.check_frame(frame, message)
             tenant = state.peer.admission.principal.tenant
             delay = self.guard.take(state.peer.bucket, tenant)
-            if delay:
-                await self.guard.pace(state.peer.bucket, tenant, delay)
+            if delay or opens or kind == control.SESSION:
+                return _Later(frame, run, opens, delay)
+            future = self._submit(loaded, state, frame, run)
+        except (MalformedPatch, PeerError, Unavailable) as exc:
+            future = self._refusal(loaded, exc, run, opens)
+        self._pend(state, future)
+        return None
+
+    async def _frame_later(
+        self, loaded: LoadedThread, state: _ProducerState, later: _Later
+    ) -> None:
+        frame, run = later.frame, later.run
+        reply: dict[str, Any] | None = None
+        try:
+            if later.delay:
+                tenant = state.peer.admission.principal.tenant
+                await self.guard.pace(state.peer.bucket, tenant, later.delay)
             if frame.get("type") == control.SESSION:
                 # In order with the events before it: those are committed first.
                 if state.pending:
@@ -158,35 +271,59 @@ class AgentEndpoint(ThreadEndpoint):
                 reply = control.custom(control.SESSION, await self._session(loaded, frame))
                 future = done(Outcome())
             else:
-                event, warnings = parse_event(frame)
-                if warnings:
-                    hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
-                    log.warning(
-                        "thread %s: %s", loaded.key, "; ".join(warnings), extra=about(loaded.key)
-                    )
-                answer = None
-                resume = _resume_of(event)
-                if resume:
-                    # An answer to the thread's open interrupts (a runtime running its agent
-                    # itself): claimed as the hub's own runs claim theirs, the first answer
-                    # winning on every node. In order: what came before it is settled first.
-                    if state.pending:
-                        await asyncio.wait([f for _, f, _ in state.pending])
-                    by = interrupts.answerer(state.peer.admission.principal)
-                    answer = await interrupts.claim(
-                        hub.store, loaded.key, loaded.thread, resume, by
-                    )
-                future = hub.submit(loaded, self._publishing(event, state, run, answer))
-                if answer is not None:
-                    future.add_done_callback(self._released_if_refused(loaded, answer))
-        except MalformedPatch as exc:
-            hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-            future = hub.submit(loaded, _aborting(exc, run))
-        except (PeerError, Unavailable) as exc:
-            hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
-            if opens and run is not None:
-                run.started = False  # the run is refused whole
-            future = done(Outcome(error=exc))
+                future = await self._submit_answering(loaded, state, frame, run)
+        except (MalformedPatch, PeerError, Unavailable) as exc:
+            future = self._refusal(loaded, exc, run, later.opens)
+        self._pend(state, future, reply)
+
+    def _event(self, loaded: LoadedThread, frame: dict[str, Any]) -> Event:
+        event, warnings = parse_event(frame)
+        if warnings:
+            self.hub.metrics.inc("agui_hub_patch_ops_dropped_total", len(warnings))
+            log.warning("thread %s: %s", loaded.key, "; ".join(warnings), extra=about(loaded.key))
+        return event
+
+    def _submit(
+        self, loaded: LoadedThread, state: _ProducerState, frame: dict[str, Any], run: _Run | None
+    ) -> asyncio.Future[Outcome]:
+        return self.hub.submit(loaded, self._publishing(self._event(loaded, frame), state, run))
+
+    async def _submit_answering(
+        self, loaded: LoadedThread, state: _ProducerState, frame: dict[str, Any], run: _Run | None
+    ) -> asyncio.Future[Outcome]:
+        """:meth:`_submit`, for a frame that may answer the thread's open interrupts."""
+        event = self._event(loaded, frame)
+        resume = _resume_of(event)
+        if not resume:
+            return self.hub.submit(loaded, self._publishing(event, state, run))
+        # An answer to the thread's open interrupts (a runtime running its agent itself):
+        # claimed as the hub's own runs claim theirs, the first answer winning on every
+        # node. In order: what came before it is settled first.
+        if state.pending:
+            await asyncio.wait([f for _, f, _ in state.pending])
+        by = interrupts.answerer(state.peer.admission.principal)
+        answer = await interrupts.claim(self.hub.store, loaded.key, loaded.thread, resume, by)
+        future = self.hub.submit(loaded, self._publishing(event, state, run, answer))
+        future.add_done_callback(self._released_if_refused(loaded, answer))
+        return future
+
+    def _refusal(
+        self, loaded: LoadedThread, exc: HubError, run: _Run | None, opens: bool
+    ) -> asyncio.Future[Outcome]:
+        """A frame refused at the edge: a malformed patch ends the run (see :func:`_aborting`)."""
+        self.hub.metrics.inc("agui_hub_events_rejected_total", code=exc.code)
+        if isinstance(exc, MalformedPatch):
+            return self.hub.submit(loaded, _aborting(exc, run))
+        if opens and run is not None:
+            run.started = False  # the run is refused whole
+        return done(Outcome(error=exc))
+
+    @staticmethod
+    def _pend(
+        state: _ProducerState,
+        future: asyncio.Future[Outcome],
+        reply: dict[str, Any] | None = None,
+    ) -> None:
         state.pending.append((state.frames, future, reply))
         future.add_done_callback(state.on_settled)
 
@@ -388,6 +525,16 @@ def _aborting(exc: MalformedPatch, run: _Run | None) -> Change:
     return abort
 
 
+class _Later:
+    """A frame :meth:`AgentEndpoint._frame_now` began, for :meth:`~AgentEndpoint._frame_later`
+    to finish: its decoded frame, its run, whether it opens the run, its wait for the rate."""
+
+    __slots__ = ("delay", "frame", "opens", "run")
+
+    def __init__(self, frame: dict[str, Any], run: _Run | None, opens: bool, delay: float) -> None:
+        self.frame, self.run, self.opens, self.delay = frame, run, opens, delay
+
+
 class _Run:
     """One ``RUN_STARTED`` of an agent connection and the frames after it up to its end.
 
@@ -434,9 +581,27 @@ class _ProducerState:
         self.runs: set[str] = set()
         #: The run the frames read now belong to (None: outside any of this connection's).
         self.run: _Run | None = None
+        #: What AgentEndpoint._received held for the task, in order, while ``held``: frames,
+        #: a frame begun (:class:`_Later`), an exception to raise, None (read by ``recv()``).
+        self.inbox: deque[Message | _Later | BaseException] = deque()
+        self.held = True  # until the task reads the inbox
+        #: The transport paused while frames are held; the task waiting for some.
+        self.paused: Any = None
+        self.waiter: asyncio.Future[None] | None = None
+        #: What the protocol handed on since the task last let the loop turn (see QUANTUM).
+        self.taken = 0
 
     def wake_up(self, _: object) -> None:
         self.wake.set()
+
+    def resume_reading(self) -> None:
+        paused, self.paused = self.paused, None
+        if paused is not None and not paused.is_closing():
+            paused.resume_reading()
+
+
+def _open(transport: Any) -> bool:
+    return transport is not None and not transport.is_closing()
 
 
 def _resume_of(event: Event) -> list[dict[str, Any]]:

@@ -448,26 +448,13 @@ class _Sinks(ServerConnection):
 
     def process_event(self, event: Any) -> None:
         sink = self.sink
-        if sink is not None and type(event) is Frame:
-            opcode = event.opcode
-            if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
-                if event.fin:
-                    data = event.data
-                    if opcode is Opcode.BINARY:
-                        sink(data if type(data) is bytes else bytes(data))
-                        return
-                    try:
-                        text = bytes(data).decode()
-                    except UnicodeDecodeError:
-                        pass
-                    else:
-                        sink(text)
-                        return
-                self.sink = None
-                sink(None)
-            elif opcode is Opcode.CONT:  # cannot happen: its first frame turned the sink off
-                self.sink = None
-                sink(None)
+        if sink is not None and type(event) is Frame and event.opcode in _DATA:
+            message = _whole(event)
+            if message is not None:
+                sink(message)
+                return
+            self.sink = None
+            sink(None)
         super().process_event(event)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -475,6 +462,22 @@ class _Sinks(ServerConnection):
         if sink is not None:
             sink(None)
         super().connection_lost(exc)
+
+
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+
+
+def _whole(frame: Frame) -> str | bytes | None:
+    """A data frame's message, if the frame is one whole (a text's valid UTF-8); else None."""
+    if not frame.fin or frame.opcode is Opcode.CONT:
+        return None
+    data = bytes(frame.data)
+    if frame.opcode is Opcode.BINARY:
+        return data
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def take_messages(ws: object, sink: Sink) -> bool:

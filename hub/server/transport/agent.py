@@ -125,12 +125,7 @@ class AgentEndpoint(ThreadEndpoint):
             # websockets' recv(): an ASGI socket, or a frame the sink does not take (see
             # hub.server.http11.take_messages), and what follows it.
             async for message in ws:
-                state.frames += 1
-                if hub.behind:
-                    await hub.backpressure()
                 await self._frame(loaded, state, message)
-                if len(state.pending) >= MAX_IN_FLIGHT:
-                    await state.pending[0][1]
         except ConnectionClosed:
             pass
         finally:
@@ -189,7 +184,7 @@ class AgentEndpoint(ThreadEndpoint):
         """The frames :meth:`_received` held, in order; returns when told the rest is read
         with ``recv()`` (or the connection was lost)."""
         loop = asyncio.get_running_loop()
-        hub, inbox = self.hub, state.inbox
+        inbox = state.inbox
         while True:
             if not inbox:
                 state.held = False
@@ -214,17 +209,19 @@ class AgentEndpoint(ThreadEndpoint):
             elif isinstance(item, BaseException):
                 raise item
             else:
-                if hub.behind:
-                    await hub.backpressure()
-                if len(state.pending) >= MAX_IN_FLIGHT:
-                    await state.pending[0][1]
-                state.frames += 1
                 await self._frame(loaded, state, item)
 
     async def _frame(
         self, loaded: LoadedThread, state: _ProducerState, message: str | bytes
     ) -> None:
-        """Check one frame at the edge and submit it (``state.pending`` gets its answer)."""
+        """Check one frame at the edge and submit it (``state.pending`` gets its answer), once
+        the store keeps up and this agent has fewer than ``MAX_IN_FLIGHT`` frames unanswered
+        (what :meth:`_ready` asks of a frame taken from the protocol)."""
+        if self.hub.behind:
+            await self.hub.backpressure()
+        if len(state.pending) >= MAX_IN_FLIGHT:
+            await state.pending[0][1]
+        state.frames += 1
         later = self._frame_now(loaded, state, message)
         if later is not None:
             await self._frame_later(loaded, state, later)

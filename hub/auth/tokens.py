@@ -31,11 +31,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
-
-import jwt
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from hub.auth.perimeter import QUERY_PARAM
 from hub.auth.principal import (
@@ -51,6 +47,13 @@ from hub.auth.principal import (
 )
 from hub.errors import ConfigError, Unauthenticated
 
+# PyJWT and cryptography are imported where a token is first verified or minted, or a public
+# key loaded: PyJWT imports cryptography with it, about 9 MiB of a node's resident
+# memory, which a node with no key configured (open mode) never needs.
+if TYPE_CHECKING:
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
 #: Longest token accepted; anything longer is refused before it is parsed.
 MAX_TOKEN_CHARS: Final = 8192
 
@@ -65,7 +68,8 @@ ES256: Final = "ES256"
 #: The algorithms this hub can verify.
 ALGORITHMS: Final = (HS256, RS256, ES256)
 
-_PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
+if TYPE_CHECKING:
+    _PublicKey: TypeAlias = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ def _secret_bytes(secret: str | bytes) -> bytes:
 
 
 def _load_public_key(pem: str | bytes) -> _Key:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
     data = pem.encode() if isinstance(pem, str) else bytes(pem)
     try:
         key = load_pem_public_key(data)
@@ -178,6 +185,8 @@ class Authenticator:
             return OPEN_PRINCIPAL
         if len(token) > MAX_TOKEN_CHARS or _COMPACT_JWS.fullmatch(token) is None:
             raise Unauthenticated("the token is not a well-formed JWT")
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -191,6 +200,8 @@ class Authenticator:
 
     def _decode(self, token: str, keys: Sequence[_Key], config: AuthConfig) -> dict[str, Any]:
         require = sorted({*config.required_claims, "sub", "tenant", "scope"})
+        import jwt
+
         for key in keys:
             try:
                 return jwt.decode(
@@ -211,6 +222,8 @@ class Authenticator:
 
 def _describe(exc: jwt.PyJWTError) -> str:
     """A message for the peer: what was wrong with *their* token, nothing about us."""
+    import jwt
+
     if isinstance(exc, jwt.ExpiredSignatureError):
         return "the token has expired"
     if isinstance(exc, jwt.ImmatureSignatureError):
@@ -322,6 +335,8 @@ def mint_token(
         claims["aud"] = aud
     if iss is not None:
         claims["iss"] = iss
+    import jwt
+
     signing_key: str | bytes = key
     if alg == HS256:
         signing_key = _secret_bytes(key)

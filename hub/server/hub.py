@@ -361,6 +361,8 @@ class Hub:
         """The bookkeeping of a change, sent or not: counted, the thread's idle clock."""
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
+        if loaded.sync_cache:
+            _forget_stale(loaded.sync_cache, now)
         loaded.changed_at = now
         for order in (self._changed, self._idle):  # to the end: the newest change
             order.pop(loaded, None)
@@ -705,6 +707,18 @@ class Hub:
             seq = loaded.thread.seq
             for outbox in loaded.consumers:
                 yield seq - outbox.acked
+
+
+def _forget_stale(
+    cache: dict[tuple[Any, Encoding], tuple[int, list[Frame], float]], now: float
+) -> None:
+    """The thread moved on: its repairs built more than SYNC_REUSE_SECONDS ago can serve
+    nobody any more (a join reuses one only at its seq, or within that time). Let them go
+    now, not at the next join: in a thread whose consumers all joined at the start, the
+    first join's frames were held for the thread's life (issue 17: 1,000 rooms)."""
+    for key, (_, _, built_at) in list(cache.items()):
+        if now - built_at > SYNC_REUSE_SECONDS:
+            del cache[key]
 
 
 def _remember(

@@ -192,6 +192,33 @@ async def test_the_repair_cache_is_bounded_in_bytes_and_keeps_nothing_useless() 
     assert hub.repair_frames(loaded, ConsumerView(), "join", "json") is first
 
 
+async def test_a_repair_that_can_serve_nobody_is_let_go_when_the_thread_moves_on() -> None:
+    """Every tab joined at the start, and the agent writes on: the join's frames could be
+    reused only within SYNC_REUSE_SECONDS, so the next event lets them go (they were kept
+    until the next join, for the thread's life in most rooms). A join within that time is
+    still reused, with the live frames since."""
+    import asyncio
+
+    from hub.server.hub import SYNC_REUSE_SECONDS
+
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    loaded = await hub.load("t")
+    watch(hub, loaded)
+    await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"doc": "x" * 1000}})
+    first = hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 1})
+    assert loaded.sync_cache  # young: a join now reuses it
+    again = hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    assert again[: len(first)] == first and len(again) == len(first) + 1
+    await asyncio.sleep(SYNC_REUSE_SECONDS * 1.5)
+    assert loaded.sync_cache  # no event since: let go at the next one, not on a timer
+    await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 2})
+    assert not loaded.sync_cache
+    fresh = hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    assert fresh[0] is not first[0]
+    assert fresh[-1].event["metadata"]["hub"]["seq"] == loaded.thread.seq
+
+
 async def test_a_copys_life_moves_one_way_and_only_a_serving_copy_takes_consumers() -> None:
     from hub.errors import Unavailable
     from hub.server.loaded import Life

@@ -301,7 +301,10 @@ class SharedBroker(Broker):
         they go out. Those the copy already has (read back from the log while the batch was in
         doubt) are neither applied nor sent again."""
         thread = loaded.thread
-        new = [e for e in events if seq_of(e) > thread.seq]
+        # A batch is contiguous, so what the copy has of it is a prefix: cut at once, not
+        # with a call per event (a pipelined agent's batch holds hundreds).
+        had = thread.seq + 1 - seq_of(events[0]) if events else 0
+        new = events[had:] if had > 0 else events
         if new and seq_of(new[0]) != thread.seq + 1:
             self._of(loaded).check_head = True  # cannot happen with one writer per node; heal
             self.schedule(loaded)

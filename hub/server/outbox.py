@@ -33,11 +33,6 @@ CLOSE_INTERNAL = 1011
 MAX_REPLIES = 64
 #: Queued frames written to a consumer in one go.
 MAX_BATCH = 64
-#: Seconds a consumer's writer waits, its queue empty, for the next frame its socket cannot
-#: take at once, before it ends (the node's watchdog ends it: no timer per consumer). A
-#: consumer whose socket keeps backing up (bursts, a slow link) keeps its writer, woken per
-#: burst; one sent everything as it came for this long holds no task at all.
-WRITER_LINGER = 2.0
 
 
 def supports_direct_writes(socket: object) -> bool:
@@ -143,11 +138,8 @@ class Outbox:
         self._holding: Holding | None = None
         #: What the consumer holds after the last live frame written to it (None: see view).
         self._held: Held | None = None
-        #: The writer: a task only while frames wait for it or waited lately (:meth:`_kick`),
-        #: and what it waits on, its queue empty, since when (loop time).
+        #: The writer: a task only while something waits to be written (see :meth:`_kick`).
         self._task: asyncio.Task[None] | None = None
-        self._parked: asyncio.Future[bool] | None = None
-        self._parked_at = 0.0
         self._started = False
         self.closed = False
         #: When the frame being written started waiting for the socket (None when idle).
@@ -179,17 +171,11 @@ class Outbox:
             self._kick()
 
     def _kick(self) -> None:
-        """Something waits to be written: wake the writer, or start one. A consumer sent
-        everything as it came (the common case: :meth:`write_now`) for WRITER_LINGER seconds
-        has no task, no wake-up future and no queue, about 3 KB less per connection (issue
-        17: 1,000 rooms)."""
-        parked = self._parked
-        if parked is not None:
-            self._parked = None
-            if not parked.done():
-                parked.set_result(True)
-        elif self._started and self._task is None and not self.closed:
-            self._task = asyncio.create_task(self._run(), name="outbox")
+        """Something waits to be written: start the writer, unless it runs. A consumer sent
+        everything as it came (the common case: :meth:`write_now`) has no task, no wake-up
+        event and no queue, about 3 KB less per connection (issue 17: 1,000 rooms)."""
+        if self._started and self._task is None and not self.closed:
+            self._task = asyncio.create_task(self._run(), name=f"outbox-{self.ident}")
 
     async def stop(self) -> None:
         self.closed = True
@@ -207,10 +193,10 @@ class Outbox:
         This is the common case, and it costs one ``write`` per consumer per batch of events:
         no queue, no task switch."""
         if (
-            self._queue
+            self._task is not None  # the writer has frames to send first
+            or self._queue
             or self._replies
             or self._repair is not None
-            or self.busy_since is not None
             or self.closed
             or not self._direct
             or not self._started
@@ -319,13 +305,7 @@ class Outbox:
         )
 
     def check_slow(self, now: float) -> None:
-        """Close with 4008 if one frame has waited on the socket for over ``slow_timeout``;
-        end a writer that waited WRITER_LINGER seconds for work (the watchdog's tick)."""
-        parked = self._parked
-        if parked is not None and now - self._parked_at >= WRITER_LINGER:
-            self._parked = None
-            if not parked.done():
-                parked.set_result(False)
+        """Close with 4008 if one frame has waited on the socket for over ``slow_timeout``."""
         if self.closed or self.busy_since is None or now - self.busy_since < self.slow_timeout:
             return
         self.closed = True
@@ -358,17 +338,11 @@ class Outbox:
             await self.socket.close(code, reason)
 
     async def _run(self) -> None:
-        """Write what waits, in order (replies, a repair, the queue); then wait for more, until
-        the watchdog says it waited WRITER_LINGER seconds for nothing (the next frame that
-        cannot be written at once starts another)."""
-        released = False
+        """Write what waits, in order (replies, a repair, the queue), until nothing does; then
+        the task ends (the next frame that cannot be written at once starts another)."""
         try:
             while not self.closed:
                 queue = self._queue
-                if released and not (self._replies or self._repair is not None or queue):
-                    self._queue = None  # empty: its memory goes with it
-                    return
-                released = False
                 if self._replies:
                     await self._send(self._replies.popleft())
                 elif self._repair is not None:
@@ -390,9 +364,8 @@ class Outbox:
                         joined = self._loop.time() - self._started_at
                         self.metrics.observe("agui_hub_join_seconds", joined)
                 elif not queue:
-                    self._parked_at = self._loop.time()
-                    parked = self._parked = self._loop.create_future()
-                    released = not await parked
+                    self._queue = None  # empty: its memory goes with it
+                    return
                 elif self._direct or self._send_frames is not None:
                     await self._send_batch()
                 else:
@@ -415,4 +388,3 @@ class Outbox:
         finally:
             if self._task is asyncio.current_task():
                 self._task = None
-                self._parked = None

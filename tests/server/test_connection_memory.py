@@ -46,9 +46,8 @@ async def _served(consumers: int) -> AsyncIterator[HubServer]:
 async def test_the_first_ping_task_and_the_writers_are_let_go_once_served() -> None:
     async with _served(5):
         assert _tasks_of("client_reading") == []  # done, and held by nobody
-        # Nor a writer per consumer: one runs while frames wait (the join's, here) and for
-        # WRITER_LINGER seconds after, when the node's watchdog ends it.
-        for _ in range(600):
+        # Nor a writer per consumer: one runs only while frames wait (the join's, here).
+        for _ in range(200):
             if not _tasks_of("Outbox._run"):
                 break
             await asyncio.sleep(0.01)

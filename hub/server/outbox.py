@@ -128,8 +128,7 @@ class Outbox:
         self.view = ConsumerView()
         self.acked = 0
         #: Frames to write, oldest first (a frame's size is its cached encoding's length).
-        #: Made with the first frame queued, as the replies below.
-        self._queue: deque[Frame] | None = None
+        self._queue: deque[Frame] = deque()
         #: Hub replies to this consumer (errors); never conflated away, sent before the rest.
         #: Made with the first (most consumers never get one, and an empty deque is 600 bytes).
         self._replies: deque[Frame] | None = None
@@ -138,9 +137,8 @@ class Outbox:
         self._holding: Holding | None = None
         #: What the consumer holds after the last live frame written to it (None: see view).
         self._held: Held | None = None
-        #: The writer: a task only while something waits to be written (see :meth:`_kick`).
+        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._started = False
         self.closed = False
         #: When the frame being written started waiting for the socket (None when idle).
         self.busy_since: float | None = None
@@ -163,27 +161,16 @@ class Outbox:
         return self._bytes
 
     def start(self) -> None:
-        """Frames may go out from now on (those queued before first)."""
         self._loop = asyncio.get_running_loop()
-        self._started_at = self._loop.time()
-        self._started = True
-        if self._replies or self._repair is not None or self._queue:
-            self._kick()
-
-    def _kick(self) -> None:
-        """Something waits to be written: start the writer, unless it runs. A consumer sent
-        everything as it came (the common case: :meth:`write_now`) has no task, no wake-up
-        event and no queue, about 3 KB less per connection (issue 17: 1,000 rooms)."""
-        if self._started and self._task is None and not self.closed:
-            self._task = asyncio.create_task(self._run(), name=f"outbox-{self.ident}")
+        self._started = self._loop.time()
+        self._task = asyncio.create_task(self._run(), name=f"outbox-{self.ident}")
 
     async def stop(self) -> None:
         self.closed = True
-        task = self._task
-        if task is not None:
-            task.cancel()
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await self._task
 
     def write_now(self, data: bytes, held: Held | None) -> bool:
         """Write ``data`` (whole frames built once for every consumer) at once, from the
@@ -193,13 +180,13 @@ class Outbox:
         This is the common case, and it costs one ``write`` per consumer per batch of events:
         no queue, no task switch."""
         if (
-            self._task is not None  # the writer has frames to send first
-            or self._queue
+            self._queue
             or self._replies
             or self._repair is not None
+            or self.busy_since is not None
             or self.closed
             or not self._direct
-            or not self._started
+            or self._task is None
         ):
             return False
         ws: Any = self.socket
@@ -225,12 +212,9 @@ class Outbox:
             self.metrics.inc("agui_hub_buffer_drops_total")
             self.repair("slow_consumer")
             return
-        queue = self._queue
-        if queue is None:
-            queue = self._queue = deque()
-        queue.append(frame)
+        self._queue.append(frame)
         self._bytes += size
-        self._kick()
+        self._wake.set()
 
     def reply(self, frame: Frame) -> None:
         """Queue a reply to this consumer's own command; it survives conflation."""
@@ -238,18 +222,18 @@ class Outbox:
             if self._replies is None:
                 self._replies = deque(maxlen=MAX_REPLIES)
             self._replies.append(frame)
-            self._kick()
+            self._wake.set()
 
     def repair(self, cause: str, holding: Holding | None = None) -> None:
         """Drop the backlog; the writer sends this consumer a fresh snapshot next. With
         ``holding`` (the consumer's own word on what it holds open), repair from that."""
-        self._queue = None
+        self._queue.clear()
         self._bytes = 0
         if self._repair is None:
             self._repair = cause
         if holding is not None:
             self._holding = holding
-        self._kick()
+        self._wake.set()
 
     async def _send(self, frame: Frame) -> None:
         # No per-frame timer (wait_for costs a task per send); the hub's watchdog calls
@@ -270,9 +254,8 @@ class Outbox:
         batch: list[Frame] = []
         held = self._held
         encoding = self.encoding
-        queue = self._queue
-        while queue and len(batch) < MAX_BATCH:
-            frame = queue.popleft()
+        while self._queue and len(batch) < MAX_BATCH:
+            frame = self._queue.popleft()
             self._bytes -= len(frame.data(encoding))
             batch.append(frame)
             if isinstance(frame, LiveFrame) and frame.held is not None:
@@ -319,13 +302,12 @@ class Outbox:
         """Send ``frame`` (a ``hub.error``) after nothing else, then close with ``code``: the
         consumer's thread is gone (deleted), so its backlog is dropped, not sent."""
         self.closed = True
-        self._queue = None
+        self._queue.clear()
         self._bytes = 0
-        task = self._task
-        if task is not None:
-            task.cancel()
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+                await self._task
         with contextlib.suppress(Exception):
             await self._send(frame)
         await self._close(code, reason)
@@ -338,42 +320,39 @@ class Outbox:
             await self.socket.close(code, reason)
 
     async def _run(self) -> None:
-        """Write what waits, in order (replies, a repair, the queue), until nothing does; then
-        the task ends (the next frame that cannot be written at once starts another)."""
         try:
             while not self.closed:
-                queue = self._queue
-                if self._replies:
-                    await self._send(self._replies.popleft())
-                elif self._repair is not None:
-                    cause, self._repair = self._repair, None
-                    self._queue = None
-                    self._bytes = 0
-                    if self._held is not None:
-                        self.view.take(self._held)
-                        self._held = None
-                    if self._holding is not None:
-                        self.view.assume(self._holding.run, self._holding.open)
-                        self._holding = None
-                    frames = self.repairer(self.view, cause)
-                    for frame in frames:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._replies or self._repair is not None or self._queue:
+                    if self._replies:
+                        await self._send(self._replies.popleft())
+                    elif self._repair is not None:
+                        cause, self._repair = self._repair, None
+                        self._queue.clear()
+                        self._bytes = 0
+                        if self._held is not None:
+                            self.view.take(self._held)
+                            self._held = None
+                        if self._holding is not None:
+                            self.view.assume(self._holding.run, self._holding.open)
+                            self._holding = None
+                        frames = self.repairer(self.view, cause)
+                        for frame in frames:
+                            await self._send(frame)
+                        if frames and self._repaired is not None:
+                            await self._repaired(frames[-1])
+                        if cause == "join":
+                            joined = self._loop.time() - self._started
+                            self.metrics.observe("agui_hub_join_seconds", joined)
+                    elif self._direct or self._send_frames is not None:
+                        await self._send_batch()
+                    else:
+                        frame = self._queue.popleft()
+                        self._bytes -= len(frame.data(self.encoding))
                         await self._send(frame)
-                    if frames and self._repaired is not None:
-                        await self._repaired(frames[-1])
-                    if cause == "join":
-                        joined = self._loop.time() - self._started_at
-                        self.metrics.observe("agui_hub_join_seconds", joined)
-                elif not queue:
-                    self._queue = None  # empty: its memory goes with it
-                    return
-                elif self._direct or self._send_frames is not None:
-                    await self._send_batch()
-                else:
-                    frame = queue.popleft()
-                    self._bytes -= len(frame.data(self.encoding))
-                    await self._send(frame)
-                    if isinstance(frame, LiveFrame) and frame.held is not None:
-                        self._held = frame.held
+                        if isinstance(frame, LiveFrame) and frame.held is not None:
+                            self._held = frame.held
         except asyncio.CancelledError:
             raise
         except (ConnectionClosed, OSError):  # the socket closed under us; the reader cleans up
@@ -385,6 +364,3 @@ class Outbox:
             log.exception("consumer %s: its writer failed; closing it with 1011", self.ident)
             self.metrics.inc("agui_hub_internal_errors_total", where="outbox")
             self._closing = asyncio.create_task(self._close(CLOSE_INTERNAL, "internal error"))
-        finally:
-            if self._task is asyncio.current_task():
-                self._task = None

@@ -362,7 +362,7 @@ class Hub:
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
         if loaded.sync_cache:
-            _forget_stale(loaded.sync_cache, now)
+            _forget_stale(loaded.sync_cache, loaded.thread.seq, now)
         loaded.changed_at = now
         for order in (self._changed, self._idle):  # to the end: the newest change
             order.pop(loaded, None)
@@ -710,14 +710,15 @@ class Hub:
 
 
 def _forget_stale(
-    cache: dict[tuple[Any, Encoding], tuple[int, list[Frame], float]], now: float
+    cache: dict[tuple[Any, Encoding], tuple[int, list[Frame], float]], seq: int, now: float
 ) -> None:
-    """The thread moved on: its repairs built more than SYNC_REUSE_SECONDS ago can serve
-    nobody any more (a join reuses one only at its seq, or within that time). Let them go
-    now, not at the next join: in a thread whose consumers all joined at the start, the
-    first join's frames were held for the thread's life (issue 17: 1,000 rooms)."""
-    for key, (_, _, built_at) in list(cache.items()):
-        if now - built_at > SYNC_REUSE_SECONDS:
+    """Let go of the repairs that can serve nobody: built more than SYNC_REUSE_SECONDS ago,
+    at another seq than the thread's ``seq`` (a join reuses one only at its seq, or within
+    that time). At every change of the thread, not only at its next join: in a thread whose
+    consumers all joined at the start, the first join's frames were held for the thread's
+    life (issue 17: 1,000 rooms)."""
+    for key, (built_seq, _, built_at) in list(cache.items()):
+        if built_seq != seq and now - built_at > SYNC_REUSE_SECONDS:
             del cache[key]
 
 
@@ -727,10 +728,7 @@ def _remember(
     """Keep a repair just built, within SYNC_CACHE_KEYS and SYNC_CACHE_BYTES (oldest out)."""
     cache = loaded.sync_cache
     cache.pop(key, None)
-    seq, now = loaded.thread.seq, entry[2]
-    for old_key, (old_seq, _, built_at) in list(cache.items()):
-        if old_seq != seq and now - built_at > SYNC_REUSE_SECONDS:
-            del cache[old_key]  # the thread moved on, and it is too old to catch up from
+    _forget_stale(cache, loaded.thread.seq, entry[2])
 
     def weight(k: tuple[Any, Encoding], frames: list[Frame]) -> int:
         return sum(len(f.data(k[1])) for f in frames)

@@ -41,7 +41,6 @@ Every other event passes at the cost of one dict lookup.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -115,6 +114,11 @@ class ThreadView(Protocol):
     @property
     def messages(self) -> Messages: ...
 
+    #: What the check keeps of the state's size between events: (the seq it was measured at,
+    #: an upper bound of the state's compact JSON size), or None. Kept on the thread, not in
+    #: a table of the check's, so a delta's check reads and writes one attribute.
+    size_memo: tuple[int, int] | None
+
 
 #: Called with the thread and the pointers of secret-looking keys an event carries, when the
 #: policy flags them (mode ``flag``): as soon as they are judged, even if a later check
@@ -152,10 +156,6 @@ class EventCheck:
         self.limits = limits
         self.secrets = secrets
         self.flagged = flagged
-        #: Per thread: (seq when measured, an upper bound of its state's JSON size).
-        self._sizes: weakref.WeakKeyDictionary[ThreadView, tuple[int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
         checks: dict[str, Callable[[ThreadView, dict[str, Any]], Checked]] = dict.fromkeys(
             NEW_MESSAGE, self._new_message
         )
@@ -203,7 +203,7 @@ class EventCheck:
         self.limits.check_state_size(size)
         if scan:
             self._flag(thread, secrets.judge(found))
-        self._sizes[thread] = (thread.seq, size)
+        thread.size_memo = (thread.seq, size)
         return ACCEPTED
 
     def _state_delta(self, thread: ThreadView, event: dict[str, Any]) -> Checked:
@@ -391,13 +391,13 @@ class EventCheck:
         if exact:  # a copy: measured exactly (from here on the size is kept)
             self._patched_size(thread, ops)
             return
-        measured = self._sizes.get(thread)
+        measured = thread.size_memo
         if measured is None or thread.seq - measured[0] > REMEASURE:
             measured = (thread.seq, json_size(thread.state, stop_after=limit + 1))
         bound = measured[1] + grows
         if bound > limit:
             bound = self._patched_size(thread, ops)  # raises state_too_large
-        self._sizes[thread] = (measured[0], bound)
+        thread.size_memo = (measured[0], bound)
 
     def _patched_size(self, thread: ThreadView, ops: Ops) -> int:
         """The exact size of the state after ``ops``; ``state_too_large`` past the limit."""

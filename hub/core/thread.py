@@ -122,6 +122,8 @@ class Thread:
         #: Told how each STATE_DELTA reads for subtree consumers, planned from the state
         #: before the patch applies in place (see :class:`Subtrees`); None: nothing planned.
         self.subtrees: Subtrees | None = None
+        #: The edge check's bound of the state's size (hub.validation.ThreadView.size_memo).
+        self.size_memo: tuple[int, int] | None = None
 
     # -- reading --------------------------------------------------------------------------------
 

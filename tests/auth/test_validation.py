@@ -338,14 +338,15 @@ def test_the_size_bound_grows_with_each_delta_and_is_measured_again_after_remeas
     thread = thread_with({"n": 0})
     event = delta({"op": "replace", "path": "/n", "value": 1})
     check.check(thread, event)
-    first = check._sizes[thread]
+    first = thread.size_memo
     check.check(thread, event)
-    assert check._sizes[thread][1] > first[1]  # an upper bound: the replaced value not taken
+    assert first is not None and thread.size_memo is not None
+    assert thread.size_memo[1] > first[1]  # an upper bound: the replaced value not taken
     for _ in range(REMEASURE + 1):
         assert thread.publish({"type": "CUSTOM", "name": "n", "value": 1}).error is None
     check.check(thread, event)
     grows = json_size(1) + json_size("n") + 2  # the value, and the key: "n" and a colon, a comma
-    assert check._sizes[thread] == (thread.seq, json_size(thread.state) + grows)
+    assert thread.size_memo == (thread.seq, json_size(thread.state) + grows)
     assert thread.doc.size is None  # far from the limit: the document was never measured
 
 

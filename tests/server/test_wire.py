@@ -81,6 +81,25 @@ async def test_producers_are_acknowledged_for_stored_frames(hub: HubProcess) -> 
     assert acks[-1]["value"]["seq"] == 20
 
 
+async def test_frames_within_the_interval_share_one_acknowledgement_that_still_comes(
+    hub: HubProcess,
+) -> None:
+    # Five frames 20 ms apart, inside one ack_interval (100 ms): the first is acknowledged at
+    # once, the rest held for the interval and acknowledged together by the node's timer,
+    # with no further frame to prompt it. Losing the held acknowledgement fails the wait;
+    # acknowledging each frame on its own fails the count.
+    agent = await producer(hub)
+    for i in range(5):
+        await agent.send(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+        await asyncio.sleep(0.02)
+    got = await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 5)
+    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
+    assert acks[-1]["seq"] == 5
+    assert len(acks) <= 3, acks
+
+
 @pytest.mark.parametrize(
     ("frame", "code"),
     [

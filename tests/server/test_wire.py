@@ -85,9 +85,9 @@ async def test_frames_within_the_interval_share_one_acknowledgement_that_still_c
     hub: HubProcess,
 ) -> None:
     # Five frames 20 ms apart, inside one ack_interval (100 ms): the first is acknowledged at
-    # once, the rest held for the interval and acknowledged together by the node's timer,
-    # with no further frame to prompt it. Losing the held acknowledgement fails the wait;
-    # acknowledging each frame on its own fails the count.
+    # once, the rest held for the interval and acknowledged together once it is over (the
+    # agent's answer loop), with no further frame to prompt it. Losing the held
+    # acknowledgement fails the wait; acknowledging each frame on its own fails the count.
     agent = await producer(hub)
     for i in range(5):
         await agent.send(

@@ -16,7 +16,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from hub.core.consumer import ConsumerView, Held, resume, sync_frames
@@ -324,25 +324,14 @@ class Hub:
             frame = LiveFrame(event, tracker.snapshot())
             kept.append(frame)
             frames.append(frame)
-        # The batch as bytes, built once per encoding: one write per consumer that can take it
-        # now; the others queue the frames (and their writers batch them).
-        joined: dict[Encoding, bytes] = {}
         held = frames[-1].held
-        written = paths_written = 0
+        paths_written = 0
         consumers: set[Outbox] | list[Outbox] = loaded.consumers
         subtrees = loaded.subtrees
         if subtrees is not None and subtrees.groups:
             paths_written = self._fan_out_paths(loaded, subtrees, frames, held)
             consumers = [o for o in consumers if o.path is None]
-        for outbox in consumers:
-            data = joined.get(outbox.encoding)
-            if data is None:
-                data = joined[outbox.encoding] = b"".join(f.wire(outbox.encoding) for f in frames)
-            if outbox.write_now(data, held):
-                written += 1
-            else:
-                for frame in frames:
-                    outbox.push(frame)
+        written = _write_batch(consumers, frames, held)
         # The frames this batch pushed past the recent ones (after it is sent: a big batch's
         # first frames may be among them).
         for old in itertools.islice(reversed(kept), ENCODED_RECENT, ENCODED_RECENT + len(frames)):
@@ -386,17 +375,7 @@ class Hub:
                 continue
             if not built:
                 continue
-            joined: dict[Encoding, bytes] = {}
-            for outbox in group:
-                encoding = outbox.encoding
-                data = joined.get(encoding)
-                if data is None:
-                    data = joined[encoding] = b"".join(f.wire(encoding) for f in built)
-                if outbox.write_now(data, held):
-                    written += len(built)
-                else:
-                    for frame in built:
-                        outbox.push(frame)
+            written += _write_batch(group, built, held) * len(built)
         return written
 
     @property
@@ -707,6 +686,27 @@ class Hub:
             seq = loaded.thread.seq
             for outbox in loaded.consumers:
                 yield seq - outbox.acked
+
+
+def _write_batch(consumers: Iterable[Outbox], frames: Sequence[Frame], held: Held | None) -> int:
+    """``frames`` to each of ``consumers``: as bytes built once per form (:attr:`Outbox.batch_key`:
+    whole WebSocket frames per encoding, an SSE chunk), in one write to each consumer that
+    takes them now; the others queue the frames (and their writers batch them). How many
+    took them now."""
+    joined: dict[object, bytes] = {}
+    written = 0
+    for outbox in consumers:
+        key = outbox.batch_key
+        if key is not None:
+            data = joined.get(key)
+            if data is None:
+                data = joined[key] = outbox.batch(frames)
+            if outbox.write_now(data, held):
+                written += 1
+                continue
+        for frame in frames:
+            outbox.push(frame)
+    return written
 
 
 def _forget_stale(

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from websockets.exceptions import ConnectionClosed
@@ -155,6 +155,19 @@ class Outbox:
         self._repaired: Callable[[Frame], Awaitable[None]] | None = getattr(
             socket, "repaired", None
         )
+        #: A socket that takes a batch in a form of its own, built once for every such
+        #: socket (an SSE stream, hub.server.transport.streams), straight from the fan-out.
+        self._sink_write: Callable[[bytes], bool] | None = None
+        self._sink_batch: Callable[[Sequence[Frame]], bytes] | None = None
+        #: What :meth:`batch` builds, for the fan-out to build it once for all consumers
+        #: with this key; None: this consumer is never written to from the fan-out.
+        self.batch_key: object | None = None
+        if self._direct:
+            self.batch_key = encoding
+        elif getattr(socket, "batch_key", None) is not None:
+            self.batch_key = socket.batch_key  # type: ignore[attr-defined]
+            self._sink_write = socket.write_now  # type: ignore[attr-defined]
+            self._sink_batch = socket.batch  # type: ignore[attr-defined]
 
     @property
     def queued_bytes(self) -> int:
@@ -172,10 +185,19 @@ class Outbox:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def batch(self, frames: Sequence[Frame]) -> bytes:
+        """``frames`` as this consumer's socket takes them in one write (for every consumer
+        with the same :attr:`batch_key`): whole WebSocket frames, or the socket's own form."""
+        if self._sink_batch is not None:
+            return self._sink_batch(frames)
+        encoding = self.encoding
+        return b"".join([frame.wire(encoding) for frame in frames])
+
     def write_now(self, data: bytes, held: Held | None) -> bool:
-        """Write ``data`` (whole frames built once for every consumer) at once, from the
-        caller, if nothing is waiting for this consumer and its socket takes it without
-        buffering; True if written. Otherwise the caller queues the frames with :meth:`push`.
+        """Write ``data`` (a :meth:`batch`, built once for every consumer with this
+        :attr:`batch_key`) at once, from the caller, if nothing is waiting for this consumer
+        and its socket takes it without buffering; True if written. Otherwise the caller
+        queues the frames with :meth:`push`.
 
         This is the common case, and it costs one ``write`` per consumer per batch of events:
         no queue, no task switch."""
@@ -185,19 +207,25 @@ class Outbox:
             or self._repair is not None
             or self.busy_since is not None
             or self.closed
-            or not self._direct
             or self._task is None
         ):
             return False
-        ws: Any = self.socket
-        transport = ws.transport
-        if (
-            transport.get_write_buffer_size()
-            or transport.is_closing()
-            or ws.protocol.state is not State.OPEN
-        ):
-            return False
-        transport.write(data)
+        sink_write = self._sink_write
+        if sink_write is not None:
+            if not sink_write(data):
+                return False
+        else:
+            if not self._direct:
+                return False
+            ws: Any = self.socket
+            transport = ws.transport
+            if (
+                transport.get_write_buffer_size()
+                or transport.is_closing()
+                or ws.protocol.state is not State.OPEN
+            ):
+                return False
+            transport.write(data)
         if held is not None:
             self._held = held
         self.last_sent = self._loop.time()

@@ -432,6 +432,29 @@ async def test_the_agent_endpoint_streams_exactly_its_run_and_others_watch(
     assert ids == ["u1", "m-r-1", "u2", "m-r-2"]
 
 
+async def test_the_agent_endpoint_ends_with_its_run_when_the_run_ends_after_a_pause(
+    hub: HubProcess, http: httpx.AsyncClient
+) -> None:
+    """The end of the run comes 0.3 s after the rest, when the stream's writer is idle and
+    its socket free: it is still cut to the run and ends there (a stream cut to a run takes
+    no batch built for plain consumer streams, tests/server/test_sse_direct.py)."""
+    body = run_input("h-slow-end", "r-1", user("u1", "hello"))
+    # Heartbeats keep a stream that never ends alive: bound the wait here.
+    async with (
+        asyncio.timeout(10),
+        http.stream("POST", "/v1/agents/slow_counter", json=body) as response,
+    ):
+        assert response.status_code == 200
+        parser = SSEParser()
+        events = [
+            json.loads(d) async for chunk in response.aiter_bytes() for d in parser.feed(chunk)
+        ]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED", kinds
+    assert kinds.count("RUN_STARTED") == 1 and "CUSTOM" not in kinds
+    assert hub.thread("h-slow-end")["state"] == {"runs": 1, "log": ["run 1"]}
+
+
 async def test_the_agent_endpoint_refuses_what_it_cannot_run(
     hub: HubProcess, http: httpx.AsyncClient
 ) -> None:

@@ -21,6 +21,7 @@ from hub.auth import mint_token
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 AGENTS = (
     "counter",
+    "slow_counter",
     "hold",
     "silent",
     "error500",

@@ -24,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hub.auth import Principal
 from hub.core.subtree import StatePath
 from hub.core.thread import Thread
-from hub.server.http11 import BodyWriter
+from hub.server.http11 import BodyWriter, chunk
 from hub.server.hub import Hub
 from hub.server.loaded import LoadedThread
 from hub.server.outbox import Outbox
@@ -84,12 +85,23 @@ def parse_last_event_id(value: str) -> tuple[str, int] | None:
 
 
 class EventSink:
-    """An :class:`Outbox`'s socket that writes frames to an event stream."""
+    """An :class:`Outbox`'s socket that writes frames to an event stream.
+
+    A batch of live frames goes to every consumer stream in one form, built once by the
+    fan-out (:attr:`batch_key`, :meth:`batch`: the SSE messages as one chunk of the body),
+    and straight to the socket of each stream that takes it now (:meth:`write_now`), as
+    WebSocket consumers get theirs; the others queue the frames. A stream cut to a run or to
+    ``connect`` picks what of each frame its caller gets, so it has no such form."""
+
+    #: The fan-out's key for :meth:`batch` (None: no batch is written straight to it).
+    batch_key: str | None = "sse-chunk"
 
     def __init__(self, writer: BodyWriter | None = None) -> None:
         self._writer: asyncio.Future[BodyWriter] = asyncio.get_running_loop().create_future()
+        #: What writes a chunk straight to the socket (hub.server.http11), once bound.
+        self._write_now: Callable[[bytes], bool] | None = None
         if writer is not None:
-            self._writer.set_result(writer)
+            self.bind(writer)
         #: Set once the stream is over: closed by the hub, or the client went away.
         self.done = asyncio.Event()
 
@@ -97,6 +109,18 @@ class EventSink:
         """The stream's writer, once the response started (frames wait for it until then)."""
         if not self._writer.done():
             self._writer.set_result(writer)
+            if self.batch_key is not None:
+                self._write_now = getattr(writer, "write_now", None)
+
+    @staticmethod
+    def batch(frames: Sequence[Frame]) -> bytes:
+        """Live frames as one chunk of the body, the same for every consumer stream."""
+        return chunk(b"".join([sse_form(frame) for frame in frames]))
+
+    def write_now(self, data: bytes) -> bool:
+        """Write ``data`` (a :meth:`batch`) now if the socket takes it; False otherwise."""
+        write_now = self._write_now
+        return write_now is not None and write_now(data)
 
     async def write(self, data: bytes) -> None:
         writer = await self._writer
@@ -134,6 +158,8 @@ class RunSink(EventSink):
     ``STATE_SNAPSHOT`` of the thread's, which follows the hub's frames of the run's opening,
     so the agent's deltas apply to what the caller holds (``HttpAgent`` applies them to its
     own state)."""
+
+    batch_key = None
 
     def __init__(self, run_id: str, caller_state: Any = None) -> None:
         super().__init__()
@@ -214,6 +240,8 @@ class ConnectSink(EventSink):
     The hub's own ``CUSTOM`` frames are left out (heartbeats go on as SSE comments). With
     ``in_run`` the caller resumes inside the open run (``Last-Event-ID``): only the events
     after its position come, as for an SSE consumer."""
+
+    batch_key = None
 
     def __init__(self, thread: Thread, *, in_run: bool = False) -> None:
         super().__init__()

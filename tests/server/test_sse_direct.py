@@ -84,11 +84,12 @@ async def test_an_sse_consumer_takes_live_batches_from_the_fan_out_in_chunks() -
         assert [d["delta"][0]["value"] for d in deltas] == list(range(EVENTS))
         # Each live event carries its id, so a reconnect resumes from it.
         assert len(sse.ids()) >= EVENTS
-        # Most batches went straight to the socket (a write that found the buffer busy
-        # queues the rest, in order): without the direct path every frame is queued.
+        # Most frames went straight to the socket (a busy machine may batch several in one
+        # write; a write that found the buffer busy queues the rest, in order): without the
+        # direct path every frame is queued and none written from the fan-out.
         written, queued = counts
-        assert written >= EVENTS // 2, counts
-        assert queued < EVENTS, counts
+        assert written >= 1, counts
+        assert queued < EVENTS // 2, counts
         await agent.close()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -473,13 +474,18 @@ async def test_a_slow_sse_consumer_is_conflated_and_nobody_else_waits(
     start_hub: Callable[..., HubProcess],
 ) -> None:
     hub = start_hub("--consumer-buffer", "65536")
-    big = "x" * 2000
-    count = 3000
+    big = "x" * 4000
+    count = 3000  # 12 MB: far past the hub's buffer plus what the sockets hold
 
     def at_head(event: dict[str, Any]) -> bool:
         return bool(event.get("metadata", {}).get("hub", {}).get("seq") == count)
 
-    async with httpx.AsyncClient(base_url=hub.http, timeout=10, trust_env=False) as http:
+    # The stream's receive buffer fixed small (64 KiB): the kernel would otherwise grow it
+    # to several MB, and what the hub writes straight to the socket could all fit there.
+    small = httpx.AsyncHTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)])
+    async with httpx.AsyncClient(
+        base_url=hub.http, timeout=10, trust_env=False, transport=small
+    ) as http:
         fast = await consumer(hub, "h-slow")
         agent = await Client.open(f"{hub.ws}/v1/threads/h-slow/agent")
         await agent.recv_until(lambda e: is_custom(e, "hub.welcome"))
@@ -492,9 +498,12 @@ async def test_a_slow_sse_consumer_is_conflated_and_nobody_else_waits(
                 delta = [{"op": "add", "path": f"/k{i % 50}", "value": f"{i}{big}"}]
                 await agent.send({"type": "STATE_DELTA", "delta": delta})
             assert await fast.recv_until(at_head, 30)  # the fast one got everything meanwhile
-            assert hub.metric("agui_hub_resyncs_total", cause="slow_consumer") >= 1
+            # Its backlog passed the limit and was dropped (the snapshot that replaces it is
+            # built when its socket takes writes again: counted below).
+            assert hub.metric("agui_hub_buffer_drops_total") >= 1
             # Reading again: the slow one gets a snapshot, then catches up to the head.
             caught = await stream.until(at_head)
             assert any(e["type"] == "STATE_SNAPSHOT" for e in caught)
             assert len(caught) < count  # conflated: not every event was sent to it
+            assert hub.metric("agui_hub_resyncs_total", cause="slow_consumer") >= 1
         assert hub.thread("h-slow")["seq"] == count

@@ -764,11 +764,13 @@ async def test_a_queue_whose_nodes_stop_watching_it_is_adopted_by_one_node(
     node-local store's queues die with its node: it keeps no watches."""
     store = await opener()
     other = await opener() if store.shared else store
-    await store.watch_queues(["t", "u"], 0.2)
+    # A watch of 1 s: these three calls take far less even on a busy machine (at 0.2 s, one
+    # CI run saw "t" lapse before the first question).
+    await store.watch_queues(["t", "u"], 1.0)
     await other.watch_queues(["u"], 5)
     await other.watch_queues(["u"], 0.1)  # never shortened: another node may watch longer
     assert await store.lapsed_queues() == []
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(1.1)
     if not store.shared:
         assert await store.lapsed_queues() == []
         assert not await store.adopt_queue("t", 5)

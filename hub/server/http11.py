@@ -244,10 +244,12 @@ class HttpConnection(asyncio.Protocol):
 
     # -- serving --------------------------------------------------------------------------------
 
-    def _send(self, event: Any) -> None:
-        data = self.h11.send(event)
+    def _send(self, event: Any) -> bytes | None:
+        """Write what h11 makes of ``event``; those bytes."""
+        data: bytes | None = self.h11.send(event)
         if data and self.transport is not None and not self._lost:
             self.transport.write(data)
+        return data
 
     async def _next_event(self, deadline: Callable[[], float]) -> Any:
         """The next h11 event, or None once ``deadline()`` (loop time, asked again after
@@ -432,14 +434,12 @@ class HttpConnection(asyncio.Protocol):
 
     async def _stream(self, stream: Stream) -> None:
         reason = stream.reason or HTTPStatus(stream.status).phrase
-        head = self.h11.send(
+        head = self._send(
             h11.Response(status_code=stream.status, headers=stream.headers, reason=reason.encode())
         )
-        if head and self.transport is not None and not self._lost:
-            self.transport.write(head)
         # h11 frames the body in chunks (an HTTP/1.1 client, no Content-Length) or not at all
         # (HTTP/1.0: the body ends with the connection); only chunks are written directly.
-        self._chunked = bool(head) and b"\r\ntransfer-encoding: chunked\r\n" in head.lower()
+        self._chunked = head is not None and b"\r\ntransfer-encoding: chunked\r\n" in head.lower()
         self._streaming = True
         try:
             await stream.body(self)

@@ -214,9 +214,9 @@ class Outbox:
         if sink_write is not None:
             if not sink_write(data):
                 return False
-        else:
-            if not self._direct:
-                return False
+        elif not self._direct:
+            return False
+        else:  # a WebSocket: inline, its fan-out's common case
             ws: Any = self.socket
             transport = ws.transport
             if (

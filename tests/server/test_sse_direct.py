@@ -106,7 +106,12 @@ async def test_an_http_1_0_stream_is_not_chunked_and_still_gets_every_event() ->
         head, _, body = bytes(raw).partition(b"\r\n\r\n")
         assert b"transfer-encoding" not in head.lower()
         buffered = bytearray(body)
-        await eventually(lambda: bool(server.hub.loaded))
+        # The stream's outbox joins the thread after its first bytes are written.
+        await eventually(
+            lambda: any(
+                o.ident.startswith("s") for t in server.hub.loaded.values() for o in t.consumers
+            )
+        )
         counts = _count_direct(_sse_outbox(server))
         agent = await _agent_events(server)
         for i in range(5):

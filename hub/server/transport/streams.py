@@ -93,7 +93,8 @@ class EventSink:
     WebSocket consumers get theirs; the others queue the frames. A stream cut to a run or to
     ``connect`` picks what of each frame its caller gets, so it has no such form."""
 
-    #: The fan-out's key for :meth:`batch` (None: no batch is written straight to it).
+    #: The fan-out's key for :meth:`batch` (None: no batch is written straight to it; the
+    #: outbox decides by it alone).
     batch_key: str | None = "sse-chunk"
 
     def __init__(self, writer: BodyWriter | None = None) -> None:
@@ -109,8 +110,7 @@ class EventSink:
         """The stream's writer, once the response started (frames wait for it until then)."""
         if not self._writer.done():
             self._writer.set_result(writer)
-            if self.batch_key is not None:
-                self._write_now = getattr(writer, "write_now", None)
+            self._write_now = getattr(writer, "write_now", None)
 
     @staticmethod
     def batch(frames: Sequence[Frame]) -> bytes:

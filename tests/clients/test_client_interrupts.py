@@ -39,6 +39,14 @@ def ended(events: list[dict[str, Any]], run_id: str) -> bool:
     return any(e["type"] == "RUN_FINISHED" and e.get("runId") == run_id for e in events)
 
 
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for what :func:`collect`'s task fills in: ``Consumer.wait_until`` wakes on the
+    consumer's own changes, which may come before that task took the event."""
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
 async def test_the_first_answer_wins_and_later_ones_are_interrupt_resolved(
     hub: HubProcess, agent: AgentServer
 ) -> None:
@@ -55,7 +63,8 @@ async def test_the_first_answer_wins_and_later_ones_are_interrupt_resolved(
         ]
         asked = await first.run("ask", [])
         await first.wait_until(lambda c: c.run_id is None)
-        await over_sse.wait_until(lambda c: c.run_id is None and ended(seen["sse"], asked))
+        await over_sse.wait_until(lambda c: c.run_id is None)
+        await until(lambda: ended(seen["sse"], asked))
         interrupt = next(e for e in seen["ws"] if e["type"] == "RUN_FINISHED")
         interrupt_id = interrupt["outcome"]["interrupts"][0]["id"]
         approve = {"interruptId": interrupt_id, "status": "resolved", "payload": "yes"}

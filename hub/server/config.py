@@ -12,9 +12,10 @@ from hub.receipts.policy import Policy
 from hub.secrets_scan import SecretPolicy
 
 #: The newest events of each thread a node keeps in memory by default (``--tail``): as many as
-#: it keeps live frames of (hub.server.loaded.FRAMES_KEPT), so a resume within them costs no
-#: store read and reuses their encodings. The store keeps ``--retention`` (10,000): held in
-#: every node's memory too, a busy thread's log was about 2 MB a node (issue 17).
+#: it keeps live frames of at most (hub.server.loaded.FRAMES_KEPT), so a resume within them
+#: costs no store read (and reuses the encodings of the frames kept for joins, if any).
+#: The store keeps ``--retention`` (10,000): held in every node's memory too, a busy thread's
+#: log was about 2 MB a node (issue 17).
 TAIL = 64
 
 

@@ -47,10 +47,12 @@ SYNC_REUSE = FRAMES_KEPT
 SYNC_REUSE_SECONDS = 0.1
 #: ...and while those events weigh at most this many bytes (or what the repair itself weighs).
 SYNC_REUSE_BYTES = 64 * 1024
-#: A thread quiet for longer than this lets its kept live frames go at its next event: none is
-#: young enough for a join to reuse (SYNC_REUSE_SECONDS), and a resume builds its frames from
-#: the log. So a thread at a few events a second keeps its newest batch, not FRAMES_KEPT frames
-#: that weigh as much as its log (issue 17: some 300 bytes each, on every node that serves it).
+#: Kept live frames older than this are let go at the thread's next event: none is young
+#: enough for a join to reuse (SYNC_REUSE_SECONDS), and a resume builds its frames from the
+#: log. And a thread keeps live frames at all only while a join may reuse a repair with them
+#: (see :meth:`Hub.fan_out`): so not FRAMES_KEPT frames that weigh as much as its log (issue
+#: 17: some 300 bytes each, on every node that serves it; a node following 1,000 threads at
+#: 17 events/s each held 36,000-45,000 of them, about 25 MiB).
 FRAMES_FRESH = SYNC_REUSE_SECONDS
 #: Live frames a thread keeps with every encoding built, the newest: older ones (up to
 #: FRAMES_KEPT in all) keep one (:meth:`~hub.wire.codec.Frame.retire`), the others built again
@@ -315,14 +317,24 @@ class Hub:
             kept.clear()
             self._changed_now(loaded, events, count, now)
             return
-        if kept and now - loaded.changed_at > FRAMES_FRESH:
-            # All older than a join may reuse with: let them go (a resume builds from the log).
+        # Live frames are kept for joins: one reuses a repair built within SYNC_REUSE_SECONDS
+        # with the frames since. So they are kept only while such a repair is: without one, a
+        # join builds afresh, and a resume builds its frames from the log.
+        cache = loaded.sync_cache
+        if cache:
+            _forget_stale(cache, loaded.thread.seq, now)
+        keep = bool(cache)
+        if not keep:
             kept.clear()
+        horizon = now - FRAMES_FRESH
+        while kept and kept[0].at < horizon:
+            kept.popleft()  # older than any repair a join may reuse
         frames = []
         for event in events:
             tracker.observe(event)
-            frame = LiveFrame(event, tracker.snapshot())
-            kept.append(frame)
+            frame = LiveFrame(event, tracker.snapshot(), now)
+            if keep:
+                kept.append(frame)
             frames.append(frame)
         held = frames[-1].held
         paths_written = 0

@@ -19,7 +19,7 @@ from typing import Any
 
 from hub.core.consumer import ConsumerView
 from hub.core.thread import Event, Thread
-from hub.server.outbox import Outbox
+from hub.server.outbox import LiveFrame, Outbox
 from hub.server.subtrees import Subtrees
 from hub.wire.codec import Encoding, Frame
 
@@ -69,9 +69,10 @@ class LoadedThread:
     #: The thread's name in the store and on the bus: ``tenant/thread`` (see hub.auth).
     key: str
     consumers: set[Outbox] = field(default_factory=set)
-    #: The newest live frames (at most :data:`FRAMES_KEPT`), the tail of ``thread.log``, so
-    #: replays and joins reuse their encodings.
-    frames: deque[Frame] = field(default_factory=lambda: deque(maxlen=FRAMES_KEPT))
+    #: The newest live frames, the tail of ``thread.log``, while a join may reuse a repair
+    #: with them (at most :data:`FRAMES_KEPT`, none older than hub.server.hub.FRAMES_FRESH):
+    #: joins and replays reuse their encodings.
+    frames: deque[LiveFrame] = field(default_factory=lambda: deque(maxlen=FRAMES_KEPT))
     #: What a consumer that was sent every live frame holds (see hub.core.consumer).
     tracker: ConsumerView = field(default_factory=ConsumerView)
     #: Repair frames by (view key, encoding), with the seq they bring a consumer to and when

@@ -94,13 +94,15 @@ Repairer = Callable[[ConsumerView, str], list[Frame]]
 
 class LiveFrame(Frame):
     """A live event's frame, with what a consumer holds once it was sent (see hub.core.consumer):
-    one value per event for all consumers, so no consumer follows the events it is sent."""
+    one value per event for all consumers, so no consumer follows the events it is sent. ``at``:
+    when its thread fanned it out (``time.monotonic()``), for how long the thread keeps it."""
 
-    __slots__ = ("held",)
+    __slots__ = ("at", "held")
 
-    def __init__(self, event: dict[str, Any], held: Held | None = None) -> None:
+    def __init__(self, event: dict[str, Any], held: Held | None = None, at: float = 0.0) -> None:
         super().__init__(event)
         self.held = held
+        self.at = at
 
 
 class Outbox:

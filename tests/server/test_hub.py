@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from frame_support import watch
 
 from hub.core.consumer import ConsumerView
@@ -51,6 +52,7 @@ async def test_live_events_are_kept_as_one_frame_for_every_consumer_and_replay()
     hub = Hub(MemoryStore(), Config(store="memory://"))
     loaded = await hub.load("t")
     watch(hub, loaded)
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")  # a join: frames are kept for it
     outcome = await hub.publish(loaded, {"type": "CUSTOM", "name": "x", "value": 1})
     (frame,) = loaded.frames
     # Kept as its bytes (the log holds the event, packed): the event it gives back is equal.
@@ -287,7 +289,10 @@ async def test_a_thread_nobody_here_watches_builds_no_frames_and_a_resume_gets_i
     queued = [unpack(f.data("msgpack")) for f in resumed._queue]
     assert queued == [o.events[0] for o in outcomes[2:]]
     await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 5})
-    assert len(loaded.frames) == 1  # watched again: live frames are kept
+    assert len(loaded.frames) == 0  # watched, but no join may reuse them: none kept
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 6})
+    assert len(loaded.frames) == 1  # a join just built its repair: the frames since are kept
 
 
 async def test_a_thread_quiet_past_the_reuse_window_lets_its_frames_go_at_its_next_event() -> None:
@@ -301,16 +306,55 @@ async def test_a_thread_quiet_past_the_reuse_window_lets_its_frames_go_at_its_ne
     hub = Hub(MemoryStore(), Config(store="memory://"))
     loaded = await hub.load("t")
     watch(hub, loaded)
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")
     outcomes = [
         await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": n}) for n in range(5)
     ]
-    assert len(loaded.frames) == 5  # in one burst: all kept
+    assert len(loaded.frames) == 5  # in one burst after a join: all kept
     await asyncio.sleep(FRAMES_FRESH * 1.5)
     first = hub.repair_frames(loaded, ConsumerView(), "join", "json")  # at seq 5
     outcomes.append(await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": 5}))
     assert [f.event["metadata"]["hub"]["seq"] for f in loaded.frames] == [6]
     again = hub.repair_frames(loaded, ConsumerView(), "join", "json")
     assert again[: len(first)] == first and len(again) == len(first) + 1  # reused
+    resumed = watch(hub, loaded, since=1, epoch=loaded.thread.epoch)
+    queued = [unpack(f.data("msgpack")) for f in resumed._queue]
+    assert queued == [o.events[0] for o in outcomes[1:]]
+
+
+async def test_a_busy_thread_keeps_only_the_frames_a_join_may_reuse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Live frames are kept for joins (a join reuses a repair built moments ago with the
+    frames since), so only while such a repair is, and none older than FRAMES_FRESH: a
+    watched thread streaming steadily with nobody joining keeps none (issue 17: a node
+    following 1,000 such threads held some 40,000, about 25 MiB). A join right after another
+    still reuses its repair with the frames since, and a resume from before gets every event,
+    built from the log."""
+    import asyncio
+
+    from hub.server import hub as hub_module
+
+    fresh = 0.05
+    monkeypatch.setattr(hub_module, "FRAMES_FRESH", fresh)
+    monkeypatch.setattr(hub_module, "SYNC_REUSE_SECONDS", fresh)
+    hub = Hub(MemoryStore(), Config(store="memory://"))
+    loaded = await hub.load("t")
+    watch(hub, loaded)
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    outcomes = []
+    for n in range(12):
+        outcomes.append(await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": n}))
+        await asyncio.sleep(fresh / 2.5)  # never quiet for FRAMES_FRESH
+    assert len(loaded.frames) == 0  # the join's repair went stale: nothing kept since
+    first = hub.repair_frames(loaded, ConsumerView(), "join", "json")  # at seq 12
+    for n in range(12, 15):
+        outcomes.append(await hub.publish(loaded, {"type": "CUSTOM", "name": "n", "value": n}))
+    kept = list(loaded.frames)
+    assert [f.event["metadata"]["hub"]["seq"] for f in kept] == [13, 14, 15]
+    assert all(kept[-1].at - frame.at <= fresh for frame in kept)
+    again = hub.repair_frames(loaded, ConsumerView(), "join", "json")
+    assert again[: len(first)] == first and len(again) == len(first) + 3  # reused
     resumed = watch(hub, loaded, since=1, epoch=loaded.thread.epoch)
     queued = [unpack(f.data("msgpack")) for f in resumed._queue]
     assert queued == [o.events[0] for o in outcomes[1:]]

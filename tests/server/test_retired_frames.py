@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from frame_support import forms, watch
 
+from hub.core.consumer import ConsumerView
 from hub.server import hub as hub_module
 from hub.server.config import Config
 from hub.server.hub import ENCODED_RECENT, Hub
@@ -55,10 +56,12 @@ async def test_old_frames_let_their_bytes_go_and_are_built_again_to_the_same_byt
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(hub_module, "FRAMES_FRESH", 60.0)  # kept by count alone, however slow
+    monkeypatch.setattr(hub_module, "SYNC_REUSE_SECONDS", 60.0)  # for the join's repair
     hub = Hub(MemoryStore(), Config(store="memory://"))
     await hub.start()
     loaded = await hub.load("t")
     watch(hub, loaded)
+    hub.repair_frames(loaded, ConsumerView(), "join", "json")  # frames are kept for a join
     sent: list[tuple[bytes, ...]] = []
     events = _stream(random.Random(7), FRAMES_KEPT - 7)
     assert len(events) == FRAMES_KEPT > ENCODED_RECENT  # all kept, the older ones retired

@@ -308,6 +308,9 @@ class Hub:
             return
         kept = loaded.frames
         now = time.monotonic()
+        cache = loaded.sync_cache
+        if cache:  # repairs no join can reuse any more go (see _forget_stale)
+            _forget_stale(cache, loaded.thread.seq, now)
         if not loaded.consumers:
             # Nobody here to send them to (this node only takes the thread's agent, say):
             # no frame is built, so no event is encoded for nobody. The kept frames stay the
@@ -320,9 +323,6 @@ class Hub:
         # Live frames are kept for joins: one reuses a repair built within SYNC_REUSE_SECONDS
         # with the frames since. So they are kept only while such a repair is: without one, a
         # join builds afresh, and a resume builds its frames from the log.
-        cache = loaded.sync_cache
-        if cache:
-            _forget_stale(cache, loaded.thread.seq, now)
         keep = bool(cache)
         if not keep:
             kept.clear()
@@ -362,8 +362,6 @@ class Hub:
         """The bookkeeping of a change, sent or not: counted, the thread's idle clock."""
         if count:
             self.metrics.inc("agui_hub_events_in_total", len(events))
-        if loaded.sync_cache:
-            _forget_stale(loaded.sync_cache, loaded.thread.seq, now)
         loaded.changed_at = now
         for order in (self._changed, self._idle):  # to the end: the newest change
             order.pop(loaded, None)

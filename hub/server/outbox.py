@@ -199,7 +199,8 @@ class Outbox:
         """Write ``data`` (a :meth:`batch`, built once for every consumer with this
         :attr:`batch_key`) at once, from the caller, if nothing is waiting for this consumer
         and its socket takes it without buffering; True if written. Otherwise the caller
-        queues the frames with :meth:`push`.
+        queues the frames with :meth:`push`. Only an outbox with a :attr:`batch_key` is
+        asked (hub.server.hub's fan-out).
 
         This is the common case, and it costs one ``write`` per consumer per batch of events:
         no queue, no task switch."""
@@ -216,9 +217,7 @@ class Outbox:
         if sink_write is not None:
             if not sink_write(data):
                 return False
-        elif not self._direct:
-            return False
-        else:  # a WebSocket: inline, its fan-out's common case
+        else:  # a WebSocket: inline, the fan-out's common case
             ws: Any = self.socket
             transport = ws.transport
             if (

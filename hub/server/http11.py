@@ -485,28 +485,117 @@ class _Sinks(ServerConnection):
     ``recv()``, where websockets answers a fragmented message or bad UTF-8 as ever). A lost
     connection tells the sink ``None`` too.
 
-    While a sink takes the messages and websockets' parser waits for the start of a frame,
-    the whole data frames of what the socket read are cut here (:func:`_whole_frames`), not by
-    the parser: its generators cost some fifty Python calls a frame, a fifth of an agent
-    event's cost on the node that takes it (issue 17). The first byte of anything else (a
-    control frame, a frame not whole in this read, one over the size limit, text that is not
-    UTF-8) goes to websockets with all that follows, which it parses as ever; once its parser
-    waits for a frame again, the frames are cut here again. So websockets sees every frame it
-    must answer (a ping, a close, an error), whole and in order, and never a frame half read
-    by this class."""
+    While a sink takes the messages, what the socket reads is cut into frames here
+    (:meth:`_cut`), not by websockets' parser, whose generators cost some fifty Python calls a
+    frame (issue 17). A data frame goes to the sink once it is whole (the bytes of a frame not
+    yet whole are held here until it is). A control frame (a ping, a close) goes to websockets
+    once it is whole, so its parser answers it as ever and waits for a frame again after it.
+    The first byte of anything else (a fragmented message, an extension's bits, a frame over
+    the size limit or not masked, text that is not UTF-8) goes to websockets with all that
+    follows, which it parses and answers as ever; cutting starts again once its parser waits
+    for a frame. So websockets sees every frame it must answer, whole and in order, and never a
+    frame half read here."""
 
     sink: Sink | None = None
-    #: The next byte read starts a frame, and the sink takes whole data frames here.
+    #: What the socket reads is cut into frames here: websockets' parser waits for a frame.
     _cutting = False
+    #: The start of a frame not whole yet (while cutting), and how long it must grow before
+    #: it is worth looking at again.
+    _held: bytearray | None = None
+    _need = 0
 
     def data_received(self, data: bytes) -> None:
         if self._cutting:
-            taken = _whole_frames(self, data)
-            if taken == len(data):
+            held = self._held
+            if held is not None:
+                held += data
+                if len(held) < self._need:
+                    return
+                data, self._held = bytes(held), None
+            data = self._cut(data)
+            if self._cutting:
                 return
-            data = data[taken:]
-        super().data_received(data)
+        if data:
+            super().data_received(data)
         self._cutting = self.sink is not None and _awaits_frame(self.protocol)
+
+    def _hold(self, data: bytes, at: int, need: int) -> bytes:
+        """Keep ``data[at:]``, the start of a frame, until ``need`` bytes of it arrived."""
+        self._held, self._need = bytearray(data[at:]), need - at
+        return b""
+
+    def _cut(self, data: bytes) -> bytes:
+        """Take the frames ``data`` starts with (see the class's text): the sink's messages to
+        it, whole control frames to websockets, and a frame not whole yet to ``_held``. What it
+        returns, from the first frame that is not taken here, goes to websockets as it comes
+        (then ``_cutting`` is off)."""
+        protocol = self.protocol
+        sink = self.sink
+        assert sink is not None
+        limit = protocol.max_message_size
+        if protocol.max_fragment_size is not None and (
+            limit is None or protocol.max_fragment_size < limit
+        ):
+            limit = protocol.max_fragment_size
+        end = len(data)
+        at = 0
+        while at < end:
+            if at + 2 > end:
+                return self._hold(data, at, at + 2)
+            first, second = data[at], data[at + 1]
+            if not second & 0x80:
+                break  # not masked: websockets refuses it
+            length = second & 0x7F
+            start = at + 6
+            if length == 126:
+                start = at + 8
+                if start > end:
+                    return self._hold(data, at, start)
+                length = int.from_bytes(data[at + 2 : at + 4], "big")
+            elif length == 127:
+                start = at + 14
+                if start > end:
+                    return self._hold(data, at, start)
+                length = int.from_bytes(data[at + 2 : at + 10], "big")
+            stop = start + length
+            if first in _FIN_DATA:
+                if limit is not None and length > limit:
+                    break
+                if stop > end:
+                    return self._hold(data, at, stop)
+                payload = apply_mask(data[start:stop], data[start - 4 : start])
+                message: str | bytes
+                if first == _FIN_TEXT:
+                    try:
+                        message = payload.decode()
+                    except UnicodeDecodeError:
+                        break
+                else:
+                    message = payload
+                at = stop
+                sink(message)
+                if self.sink is not sink or protocol.state is not State.OPEN:
+                    break  # the sink stopped, or the connection is closing: websockets' now
+            elif first in _FIN_CONTROL and length <= 125:
+                if stop > end:
+                    return self._hold(data, at, stop)
+                super().data_received(data[at:stop])  # websockets answers it
+                at = stop
+                if self.sink is not sink or not _awaits_frame(protocol):
+                    break  # e.g. a close: websockets' now
+            else:
+                break
+        else:
+            return b""
+        self._cutting = False
+        return data[at:]
+
+    def eof_received(self) -> None:
+        held, self._held = self._held, None
+        if held:  # a frame cut short: websockets says so, as it would have
+            self._cutting = False
+            super().data_received(bytes(held))
+        super().eof_received()
 
     def process_event(self, event: Any) -> None:
         sink = self.sink
@@ -516,25 +605,27 @@ class _Sinks(ServerConnection):
                 sink(message)
                 return
             self.sink = None
-            self._cutting = False
             sink(None)
         super().process_event(event)
 
     def connection_lost(self, exc: Exception | None) -> None:
         sink, self.sink = self.sink, None
-        self._cutting = False
+        self._cutting, self._held = False, None
         if sink is not None:
             sink(None)
         super().connection_lost(exc)
 
 
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 #: Where websockets' parser waits between frames (websockets 17): its frame loop, in the
 #: reader's ``at_eof`` (the server's parser runs the frame loop once the handshake is read).
 _FRAME_LOOP = WsProtocol.parse.__code__
 _BETWEEN_FRAMES = StreamReader.at_eof.__code__
-#: A frame's first byte: FIN, no RSV bit, text or binary.
-_FIN_TEXT = 0x81
-_FIN_BINARY = 0x82
+#: A frame's first byte: FIN, no RSV bit, and its opcode.
+_FIN_TEXT = 0x80 | Opcode.TEXT.value
+_FIN_BINARY = 0x80 | Opcode.BINARY.value
+_FIN_DATA = frozenset((_FIN_TEXT, _FIN_BINARY))
+_FIN_CONTROL = frozenset(0x80 | op.value for op in (Opcode.CLOSE, Opcode.PING, Opcode.PONG))
 
 
 def _awaits_frame(protocol: WsProtocol) -> bool:
@@ -555,55 +646,6 @@ def _awaits_frame(protocol: WsProtocol) -> bool:
         getattr(inner, "gi_code", None) is _BETWEEN_FRAMES
         and getattr(outer, "gi_code", None) is _FRAME_LOOP
     )
-
-
-def _whole_frames(connection: _Sinks, data: bytes) -> int:
-    """Hand the sink the messages of the whole data frames ``data`` starts with (masked, as a
-    client's are, within the size limit, text valid UTF-8), as websockets would; how many
-    bytes they took. Stops at anything else, or once the sink or the connection's state
-    changes (websockets takes the rest)."""
-    protocol = connection.protocol
-    sink = connection.sink
-    assert sink is not None
-    limit = protocol.max_message_size
-    if protocol.max_fragment_size is not None and (
-        limit is None or protocol.max_fragment_size < limit
-    ):
-        limit = protocol.max_fragment_size
-    end = len(data)
-    at = 0
-    while at + 6 <= end:
-        first, second = data[at], data[at + 1]
-        if (first != _FIN_TEXT and first != _FIN_BINARY) or not second & 0x80:
-            break
-        length = second & 0x7F
-        start = at + 6
-        if length == 126:
-            start = at + 8
-            length = int.from_bytes(data[at + 2 : at + 4], "big")
-        elif length == 127:
-            break  # 64 KiB or more: websockets'
-        stop = start + length
-        if stop > end or (limit is not None and length > limit):
-            break
-        payload = apply_mask(data[start:stop], data[start - 4 : start])
-        message: str | bytes
-        if first == _FIN_TEXT:
-            try:
-                message = payload.decode()
-            except UnicodeDecodeError:
-                break
-        else:
-            message = payload
-        at = stop
-        sink(message)
-        if connection.sink is not sink or protocol.state is not State.OPEN:
-            connection._cutting = False
-            break
-    return at
-
-
-_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
 
 def _whole(frame: Frame) -> str | bytes | None:
@@ -639,6 +681,9 @@ def release_messages(ws: object) -> None:
     if isinstance(ws, _Sinks):
         ws.sink = None
         ws._cutting = False
+        held, ws._held = ws._held, None
+        if held:  # the start of a frame: websockets reads it, and the rest
+            ServerConnection.data_received(ws, bytes(held))
 
 
 def front_door(http: Callable[[], HttpConnection]) -> type[ServerConnection]:

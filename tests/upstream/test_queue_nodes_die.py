@@ -62,6 +62,9 @@ async def test_a_node_dying_between_opening_a_queued_run_and_dequeuing_it_never_
         # where it would take it out of the queue.
         assert (await http.delete(f"{runs}/{held}")).status_code == 200
     await wait_for(lambda: marker.exists() and first in marker.read_text())
+    # The marker is written as the run opens, before the run's task calls the agent: the call
+    # is waited for, or the kill may come first (the agent never asked; 2 runs in 20).
+    await wait_for(lambda: any(i["runId"] == first for i in agent.inputs))
     n0.kill()  # SIGKILL by its PID: the run is open, still queued, and held
     taken_at = asyncio.get_running_loop().time()
     await tab.recv_until(lambda e: e["type"] == "RUN_STARTED" and e["runId"] == first)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
@@ -149,11 +150,17 @@ class HubProcess(ChildProcess):
         store: str = "memory://",
         module: str = "hub.server.cli",
         start_timeout: float = 20.0,
+        wrapper: Sequence[str] = (),
+        python: str = sys.executable,
     ) -> None:
         self.extra_args = [*extra_args, *(f"--limit={limit}" for limit in LOAD_TEST_LIMITS)]
         self.store = store
         self.module = module  # runs as ``python -m MODULE serve ...``
         self.start_timeout = start_timeout
+        #: A command the node runs under (e.g. valgrind and its options), or none.
+        self.wrapper = list(wrapper)
+        #: The interpreter the node runs on, with the hub it has installed.
+        self.python = python
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
@@ -163,7 +170,7 @@ class HubProcess(ChildProcess):
         return f"ws://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        args = [sys.executable, "-m", self.module, "serve", "--store", self.store]
+        args = [*self.wrapper, self.python, "-m", self.module, "serve", "--store", self.store]
         args += ["--host", "127.0.0.1", "--port", "0", "--log-level", "WARNING"]
         self.proc = subprocess.Popen(
             args + self.extra_args,
@@ -196,12 +203,20 @@ class HubProcess(ChildProcess):
             return self._stderr.read().decode(errors="replace")[-limit:]
         return ""
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 10) -> None:
         proc, self.proc = self.proc, None
-        stop_process(proc, grace=10)
+        stop_process(proc, grace=grace)
         if proc is not None and proc.stdout is not None:
             proc.stdout.close()
         self._stderr.close()
+
+    def stop_reading(self, grace: float = 10, limit: int = 2000) -> str:
+        """Stop the node and return the end of what it wrote to stderr, its last words."""
+        proc = self.proc
+        stop_process(proc, grace=grace)
+        tail = self.stderr_tail(limit)
+        self.stop(grace)
+        return tail
 
     def rss(self) -> int:
         return rss_bytes(self.pid)

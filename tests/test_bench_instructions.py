@@ -1,0 +1,45 @@
+"""``python -m hub.bench.instructions``: a node under callgrind, its instructions per agent
+event. Run small here (20 events: about 20 s, most of it the node's start under valgrind)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from hub.bench.instructions import collected, main
+
+needs_valgrind = pytest.mark.skipif(
+    shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+    reason="valgrind is not installed (.ci/run installs it)",
+)
+
+
+def test_the_total_is_read_from_valgrinds_last_words() -> None:
+    stderr = (
+        "==4242== Callgrind, a call-graph generating cache profiler\n"
+        "==4242== Events    : Ir\n==4242== Collected : 198937063\n==4242== \n"
+        "==4242== I   refs:      198,937,063\n"
+    )
+    assert collected(stderr) == 198_937_063
+    with pytest.raises(RuntimeError, match="no callgrind total"):
+        collected("==4242== Callgrind\n")
+
+
+@needs_valgrind
+def test_a_node_under_callgrind_counts_the_events_not_its_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The command's figure covers the events (and the two connections), not the node's
+    start: importing the hub alone is over a billion instructions, an event a few hundred
+    thousand."""
+    assert main(["--events", "20", "--mode", "burst"]) == 0
+    printed = capsys.readouterr().out
+    found = re.fullmatch(
+        r"([\d,]+) instructions per agent event \(burst, 20 events, ([\d,]+) in all\)\n", printed
+    )
+    assert found is not None, printed
+    per_event, total = (int(n.replace(",", "")) for n in found.groups())
+    assert 50_000 < per_event < 5_000_000
+    assert total < 100_000_000

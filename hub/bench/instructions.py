@@ -15,7 +15,7 @@ them many to a read.
 What it leaves out: the kernel's part (system calls count as one instruction each), and the
 cost of a memory access, which callgrind does not time. Give ``--python`` the interpreter of a
 venv with the tree to measure installed, for each tree, and compare; two runs of one tree agree
-to within about 0.1 % paced, a few per cent in a burst (the reads' sizes vary), under
+to within about 0.4 % paced, a few per cent in a burst (the reads' sizes vary), under
 callgrind's some fifty-fold slowdown (a run of 1,000 events takes about 40 s, the node's start
 included). Needs valgrind (Debian's ``valgrind`` package: ``valgrind`` and
 ``callgrind_control``).

@@ -351,3 +351,12 @@ class SseReader:
         """The last ``id:`` the stream gave: what an EventSource would resume from."""
         ids = self.ids()
         return ids[-1] if ids else None
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0, every: float = 0.005) -> None:
+    """Poll ``check`` until it holds; fail the test after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(every)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+from support import until
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.frames import Frame, Opcode
@@ -100,14 +101,6 @@ async def _raw_client(server: Server) -> tuple[asyncio.StreamReader, asyncio.Str
     return reader, writer
 
 
-async def _until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.005)
-
-
 def _message(rng: random.Random) -> str | bytes:
     """Lengths of all three encodings (7 bits, 16 bits, 64 bits), text and binary."""
     size = rng.choice([rng.randint(0, 125), rng.randint(126, 65535), rng.randint(65536, 70000)])
@@ -158,14 +151,14 @@ async def test_messages_cut_anywhere_arrive_whole_in_order_and_pings_are_answere
         for start, stop in zip([0, *edges], [*edges, len(stream)], strict=True):
             client.transport.write(bytes(stream[start:stop]))
             await asyncio.sleep(0.001)
-        await _until(lambda: len(state.taken) == len(expected))
-        await _until(lambda: len(client.pongs) == len(pinged))
+        await until(lambda: len(state.taken) == len(expected))
+        await until(lambda: len(client.pongs) == len(pinged))
         assert conn._cutting  # cutting on, whatever came
     # And the usual case: many small whole frames in one write.
     small = [f'{{"n": {i}}}' for i in range(50)]
     expected += small
     client.transport.write(b"".join(_wire(m) for m in small))
-    await _until(lambda: len(state.taken) == len(expected))
+    await until(lambda: len(state.taken) == len(expected))
     assert client.pongs == pinged  # each answered once, in order
     assert state.taken == expected
 
@@ -220,7 +213,7 @@ async def test_a_frame_cut_short_by_the_end_of_the_stream_is_never_taken(
     _, writer = await _raw_client(server)
     conn = await asyncio.wait_for(state.connection, 5)
     writer.write(_wire("whole") + _wire("x" * 300)[:100])
-    await _until(lambda: state.taken == ["whole"])
+    await until(lambda: state.taken == ["whole"])
     writer.write_eof()
     await asyncio.wait_for(conn.wait_closed(), 5)
     assert conn.close_code == 1006

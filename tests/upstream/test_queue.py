@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from agents import AgentServer
 from redis_support import RedisServer
-from support import Client, HubProcess, is_custom
+from support import Client, HubProcess, is_custom, until
 from test_runs import agent_args, consumer, user
 
 from hub.server.run_queue import Queued
@@ -103,11 +103,7 @@ def inputs_of(agent: AgentServer, run_id: str) -> dict[str, Any]:
 
 
 async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
+    await until(check, timeout, every=0.02)
 
 
 async def test_queued_runs_wait_their_turn_and_start_in_order_from_the_state_left(

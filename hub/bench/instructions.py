@@ -1,8 +1,8 @@
 """Instructions per agent event on one node, counted by callgrind: a figure that does not move
 with the machine's load, for comparing two trees of the node on a shared, noisy machine.
 
-``python -m hub.bench.instructions [--events N] [--mode paced|burst] [--python PY]`` starts a
-node (memory store, on 127.0.0.1 and a free port) under ``valgrind --tool=callgrind
+``python -m hub.bench.instructions [--events N] [--mode paced|burst] [--store memory|redis]
+[--python PY]`` starts a node (on 127.0.0.1 and a free port) under ``valgrind --tool=callgrind
 --instr-atstart=no``, turns counting on once it listens (``callgrind_control -i on PID``), has
 one agent send N ``STATE_DELTA`` events (the peers harness's payload: three ops, the first
 carrying a send time) to one thread one consumer watches, turns counting off once the consumer
@@ -10,7 +10,10 @@ holds them all, and stops the node (by PID). It prints the node's user-space ins
 those events (callgrind's ``Collected`` total) divided by N. ``paced``: each event is sent once
 the consumer has the one before, so the node reads one frame at a time (as in the many-rooms
 scenario, a few events a second an agent); ``burst``: all are sent at once, so the node reads
-them many to a read.
+them many to a read. ``--store memory`` (the default): the node is the only writer, and a
+change applies to its one copy at once. ``--store redis``: a redis-server of its own (on a free
+port, in a temporary folder; not counted), so the node takes the path of the peers harness's
+nodes: the writer's draft, the append in one script call, the committed copy, the bus.
 
 What it leaves out: the kernel's part (system calls count as one instruction each), and the
 cost of a memory access, which callgrind does not time. Give ``--python`` the interpreter of a
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from websockets.asyncio.client import connect
 
 from hub.bench.proc import HubProcess
+from hub.bench.redisproc import RedisProcess
 
 #: The node's start, under valgrind: seconds until it listens, at most.
 START_TIMEOUT = 180.0
@@ -46,6 +51,7 @@ _COLLECTED = re.compile(r"==\d+== Collected : (\d+)")
 class Count:
     events: int
     mode: str
+    store: str
     instructions: int
 
     @property
@@ -107,26 +113,32 @@ async def drive(url: str, events: int, paced: bool, timeout: float) -> None:
                 await reader
 
 
-def count(events: int, mode: str, python: str, timeout: float = 600.0) -> Count:
-    """Start a node on ``python`` under callgrind, count its instructions over ``events``
-    events, stop it."""
+def count(
+    events: int, mode: str, python: str, store: str = "memory", timeout: float = 600.0
+) -> Count:
+    """Start a node on ``python`` under callgrind (and a redis-server for ``store="redis"``),
+    count the node's instructions over ``events`` events, stop them."""
     valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
     if valgrind is None or control is None:
         raise RuntimeError("valgrind is not installed (Debian: apt-get install valgrind)")
-    with tempfile.TemporaryDirectory(prefix="agui-hub-callgrind-") as folder:
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="agui-hub-callgrind-"))
+        url = "memory://"
+        if store == "redis":
+            url = stack.enter_context(RedisProcess()).url
         wrapper = [
             valgrind,
             "--tool=callgrind",
             "--instr-atstart=no",
             f"--callgrind-out-file={folder}/callgrind.out",
         ]
-        node = HubProcess(wrapper=wrapper, python=python, start_timeout=START_TIMEOUT)
+        node = HubProcess(store=url, wrapper=wrapper, python=python, start_timeout=START_TIMEOUT)
         with node:
             subprocess.run([control, "-i", "on", str(node.pid)], check=True, capture_output=True)
             asyncio.run(drive(node.url, events, mode == "paced", timeout))
             subprocess.run([control, "-i", "off", str(node.pid)], check=True, capture_output=True)
             stderr = node.stop_reading(grace=60, limit=20_000)
-    return Count(events, mode, collected(stderr))
+    return Count(events, mode, store, collected(stderr))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,16 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--mode", choices=["paced", "burst"], default="paced")
+    parser.add_argument("--store", choices=["memory", "redis"], default="memory")
     parser.add_argument(
         "--python",
         default=sys.executable,
         help="the interpreter the node runs on, with the tree to measure installed (this one)",
     )
     args = parser.parse_args(argv)
-    result = count(args.events, args.mode, args.python)
+    result = count(args.events, args.mode, args.python, args.store)
     print(
         f"{result.per_event:,.0f} instructions per agent event "
-        f"({result.mode}, {result.events:,} events, {result.instructions:,} in all)"
+        f"({result.mode}, {result.store} store, {result.events:,} events, "
+        f"{result.instructions:,} in all)"
     )
     return 0
 

@@ -3,12 +3,16 @@ event. Run small here (20 events: about 20 s, most of it the node's start under 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
 from hub.bench.instructions import collected, main
+from hub.bench.proc import HubProcess
 
 needs_valgrind = pytest.mark.skipif(
     shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
@@ -45,3 +49,18 @@ def test_a_node_under_callgrind_counts_the_events_not_its_start(
     per_event, total = (int(n.replace(",", "")) for n in found.groups())
     assert 50_000 < per_event < 5_000_000
     assert total < 100_000_000
+
+
+def test_a_node_on_another_interpreter_runs_the_hub_that_interpreter_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--python PY`` measures PY's tree even when run from a checkout: ``python -m`` would
+    import the working directory's ``hub`` first (here one that cannot start), and so count
+    the checkout's code under every interpreter."""
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "__init__.py").write_text("raise SystemExit('the checkout ran')\n")
+    monkeypatch.chdir(tmp_path)
+    folder, name = os.path.split(sys.executable)
+    another = os.path.join(folder, ".", name)  # this venv's interpreter, by another name
+    with HubProcess(python=another) as node:
+        assert node.port > 0

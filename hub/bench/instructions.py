@@ -17,7 +17,8 @@ nodes: the writer's draft, the append in one script call, the committed copy, th
 
 What it leaves out: the kernel's part (system calls count as one instruction each), and the
 cost of a memory access, which callgrind does not time. Give ``--python`` the interpreter of a
-venv with the tree to measure installed, for each tree, and compare; two runs of one tree agree
+venv with the tree to measure installed, for each tree, and compare (the node runs that
+interpreter's ``hub``, not the working directory's: see :class:`~hub.bench.proc.HubProcess`); two runs of one tree agree
 to within about 0.4 % paced, a few per cent in a burst (the reads' sizes vary), under
 callgrind's some fifty-fold slowdown (a run of 1,000 events takes about 40 s, the node's start
 included). Needs valgrind (Debian's ``valgrind`` package: ``valgrind`` and

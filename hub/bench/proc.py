@@ -159,7 +159,9 @@ class HubProcess(ChildProcess):
         self.start_timeout = start_timeout
         #: A command the node runs under (e.g. valgrind and its options), or none.
         self.wrapper = list(wrapper)
-        #: The interpreter the node runs on, with the hub it has installed.
+        #: The interpreter the node runs on, with the hub it has installed. Another than this
+        #: one runs with ``-P``: ``python -m`` would otherwise import the ``hub`` package of
+        #: the working directory (a checkout, say) ahead of the one that interpreter has.
         self.python = python
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -170,7 +172,17 @@ class HubProcess(ChildProcess):
         return f"ws://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        args = [*self.wrapper, self.python, "-m", self.module, "serve", "--store", self.store]
+        safe = ["-P"] if self.python != sys.executable else []
+        args = [
+            *self.wrapper,
+            self.python,
+            *safe,
+            "-m",
+            self.module,
+            "serve",
+            "--store",
+            self.store,
+        ]
         args += ["--host", "127.0.0.1", "--port", "0", "--log-level", "WARNING"]
         self.proc = subprocess.Popen(
             args + self.extra_args,

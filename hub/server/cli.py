@@ -125,6 +125,13 @@ def _add_server_options(parser: argparse.ArgumentParser, store: str) -> None:
         "--heartbeat", type=seconds(), default=15.0, help="seconds of silence before hub.heartbeat"
     )
     parser.add_argument(
+        "--ack-interval",
+        type=seconds(zero=True),
+        default=0.1,
+        help="seconds between hub.ack frames to an agent while its events flow (0: one per "
+        "frame, as soon as it is stored)",
+    )
+    parser.add_argument(
         "--loop",
         choices=LOOPS,
         default="auto",
@@ -281,6 +288,7 @@ def _config(args: argparse.Namespace) -> Config:
         consumer_buffer=args.consumer_buffer,
         slow_timeout=args.slow_timeout,
         heartbeat=args.heartbeat,
+        ack_interval=args.ack_interval,
         auth=_auth_config(args),
         insecure=args.insecure,
         allowed_origins=parse_origin_allowlist(args.allow_origin),

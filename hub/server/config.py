@@ -65,7 +65,8 @@ class Config:
     consumer_buffer: int = 1 << 20
     #: Seconds one frame may take to drain to a consumer before it is closed with 4008.
     slow_timeout: float = 10.0
-    #: Seconds between acknowledgements to a producer while events flow.
+    #: Seconds between acknowledgements to a producer while events flow (0: each frame's as
+    #: soon as it is stored).
     ack_interval: float = 0.1
     #: Rewrite a thread's compacted record every this many events...
     compact_every: int = 1000

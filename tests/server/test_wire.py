@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,6 +101,37 @@ async def test_frames_within_the_interval_share_one_acknowledgement_that_still_c
     acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
     assert acks[-1]["seq"] == 5
     assert len(acks) <= 3, acks
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_with_no_ack_interval_each_frame_is_acknowledged_once_stored_and_no_more(
+    start_hub: Callable[..., HubProcess], store: str, tmp_path: Path
+) -> None:
+    # --ack-interval 0: the same five frames get one acknowledgement each, in order, though
+    # a node-local store takes them behind (the answer loop looks again until it has); and
+    # once all are acknowledged the agent's connection costs the node nothing (no loop that
+    # looks again for ever: the node's CPU over a quiet half second).
+    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path / 'hub.db'}"
+    hub = start_hub("--ack-interval", "0", store=url)
+    agent = await producer(hub)
+    for i in range(5):
+        await agent.send(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+        await asyncio.sleep(0.02)
+    got = await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 5)
+    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
+    assert acks == [{"seq": i, "count": i} for i in range(1, 6)], acks
+    assert hub.proc is not None
+    before = cpu_seconds(hub.proc.pid)
+    await asyncio.sleep(0.5)
+    assert cpu_seconds(hub.proc.pid) - before < 0.25
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize(

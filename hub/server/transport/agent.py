@@ -60,6 +60,11 @@ MAX_IN_FLIGHT = 1024
 QUANTUM = 256 * 1024
 FRAME_COST = 4096
 
+#: Seconds between looks at what a node-local store has taken (it stores behind: see
+#: hub.server.persistence) while frames wait on it, when acknowledgements are not batched
+#: (``--ack-interval 0``); batched, the interval is the look's.
+STORED_POLL = 0.01
+
 #: A frame as the protocol hands it on (None: the rest comes through ``recv()``).
 Message = str | bytes | None
 
@@ -505,7 +510,7 @@ class AgentEndpoint(ThreadEndpoint):
             state.acked_frames, state.acked_at = state.stored_frames, now
             write_direct(ws, ack_wire(loaded.persisted_seq, state.acked_frames))
         if answered:  # answered, not yet stored (node-local stores store behind)
-            return self.config.ack_interval
+            return self.config.ack_interval or STORED_POLL
         return None
 
 

@@ -15,13 +15,19 @@ change applies to its one copy at once. ``--store redis``: a redis-server of its
 port, in a temporary folder; not counted), so the node takes the path of the peers harness's
 nodes: the writer's draft, the append in one script call, the committed copy, the bus.
 
+In ``paced``, the node acknowledges each frame as soon as it is stored (``--ack-interval 0``),
+as it does each agent's in the many-rooms scenario, whose events come further apart than the
+100 ms acknowledgements are batched over. Under callgrind the events come milliseconds apart,
+so batching would hold most acknowledgements for the agent's answer loop, and how many it held
+would vary with the machine's speed: runs of one tree moved by 2 to 3 % on Redis.
+
 What it leaves out: the kernel's part (system calls count as one instruction each), and the
 cost of a memory access, which callgrind does not time. Give ``--python`` the interpreter of a
 venv with the tree to measure installed, for each tree, and compare (the node runs that
-interpreter's ``hub``, not the working directory's: see :class:`~hub.bench.proc.HubProcess`); two runs of one tree agree
-to within about 0.4 % paced, a few per cent in a burst (the reads' sizes vary), under
-callgrind's some fifty-fold slowdown (a run of 1,000 events takes about 40 s, the node's start
-included). Needs valgrind (Debian's ``valgrind`` package: ``valgrind`` and
+interpreter's ``hub``, not the working directory's: see :class:`~hub.bench.proc.HubProcess`).
+Two runs of one tree agree to within about 0.4 % paced, a few per cent in a burst (the reads'
+sizes vary), under callgrind's some fifty-fold slowdown (a run of 1,000 events takes about 40
+s, the node's start included). Needs valgrind (Debian's ``valgrind`` package: ``valgrind`` and
 ``callgrind_control``).
 """
 
@@ -133,7 +139,10 @@ def count(
             "--instr-atstart=no",
             f"--callgrind-out-file={folder}/callgrind.out",
         ]
-        node = HubProcess(store=url, wrapper=wrapper, python=python, start_timeout=START_TIMEOUT)
+        acks = ["--ack-interval", "0"] if mode == "paced" else []
+        node = HubProcess(
+            *acks, store=url, wrapper=wrapper, python=python, start_timeout=START_TIMEOUT
+        )
         with node:
             subprocess.run([control, "-i", "on", str(node.pid)], check=True, capture_output=True)
             asyncio.run(drive(node.url, events, mode == "paced", timeout))

@@ -9,6 +9,8 @@ with it never reaches the log.
 
 The newest event stays as given (its writer is still handing it on: fan-out, the store), and is
 packed when the next one comes, so a log of one (a writer's draft) never packs anything. An
+event whose bytes its writer made already, for the store, is kept as those bytes: no event is
+packed twice on one node (issue 17: packing was some 2.6 % of an agent event's instructions). An
 event msgpack cannot hold exactly (a value that is not JSON, which the edge refuses) is kept as
 given.
 """
@@ -53,13 +55,15 @@ class EventLog:
         assert maxlen is not None
         return maxlen
 
-    def append(self, event: Event) -> None:
+    def append(self, event: Event, packed: bytes | None = None) -> None:
+        """Add ``event``; ``packed``, if given, must be ``pack(event)`` (its bytes made for the
+        store), which is then kept instead of packing the event again."""
         entries = self._entries
         if entries and entries.maxlen != 1:
             last = entries[-1]
             if type(last) is not bytes:
                 entries[-1] = _pack(last)  # type: ignore[arg-type]
-        entries.append(event)
+        entries.append(event if packed is None else packed)
 
     def clear(self) -> None:
         self._entries.clear()

@@ -251,8 +251,9 @@ class Thread:
             return None
         return self._commit(self._run_error(message, code))
 
-    def replay(self, event: Event) -> None:
-        """Re-apply a stored, already sequenced event (recovery from a store)."""
+    def replay(self, event: Event, packed: bytes | None = None) -> None:
+        """Re-apply a stored, already sequenced event (recovery from a store); ``packed``, its
+        bytes as the store holds them (``pack(event)``), if the caller has them."""
         position = event["metadata"]["hub"]
         if position["seq"] != self.seq + 1:
             raise InvalidSequence(f"log entry {position['seq']} does not follow {self.seq}")
@@ -262,7 +263,7 @@ class Thread:
             self._trusted = event.get("delta")
         self._effect(event)
         self.seq = position["seq"]
-        self.log.append(event)
+        self.log.append(event, packed)
         self._warnings.clear()
 
     def _run_error(self, message: str, code: str) -> Event:

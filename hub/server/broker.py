@@ -296,10 +296,13 @@ class SharedBroker(Broker):
 
     # -- committing (see hub.server.thread_writer) -------------------------------------------------
 
-    def committed(self, loaded: LoadedThread, events: list[Event]) -> None:
-        """The store holds ``events`` (this node's batch): the committed copy takes them, and
-        they go out. Those the copy already has (read back from the log while the batch was in
-        doubt) are neither applied nor sent again."""
+    def committed(
+        self, loaded: LoadedThread, events: list[Event], packed: list[bytes] | None = None
+    ) -> None:
+        """The store holds ``events`` (this node's batch; ``packed``, their bytes as it holds
+        them, if the writer made them): the committed copy takes them, and they go out. Those
+        the copy already has (read back from the log while the batch was in doubt) are neither
+        applied nor sent again."""
         thread = loaded.thread
         # A batch is contiguous, so what the copy has of it is a prefix: cut at once, not
         # with a call per event (a pipelined agent's batch holds hundreds).
@@ -309,8 +312,12 @@ class SharedBroker(Broker):
             self._of(loaded).check_head = True  # cannot happen with one writer per node; heal
             self.schedule(loaded)
             return
-        for event in new:
-            thread.replay(event)
+        if packed is None:
+            for event in new:
+                thread.replay(event)
+        else:
+            for event, data in zip(new, packed[len(packed) - len(new) :], strict=True):
+                thread.replay(event, data)
         loaded.persisted_seq = thread.seq
         self._appended[loaded.key] = (thread.seq, thread.epoch)
         if new:

@@ -55,6 +55,7 @@ from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
 from hub.store import Store
 from hub.store.base import seq_of, transient
+from hub.wire.codec import pack
 
 log = logging.getLogger("agui_hub.writer")
 
@@ -94,8 +95,11 @@ class Follower(Protocol):
     def apply_inbox(self, loaded: LoadedThread) -> bool:
         """Apply what other nodes appended; False if it shows a gap."""
 
-    def committed(self, loaded: LoadedThread, events: list[Event]) -> None:
-        """The store holds ``events``: the committed copy takes them, and they go out."""
+    def committed(
+        self, loaded: LoadedThread, events: list[Event], packed: list[bytes] | None = None
+    ) -> None:
+        """The store holds ``events`` (``packed``: their bytes as it holds them, if known):
+        the committed copy takes them, and they go out."""
 
     async def try_reload(self, loaded: LoadedThread) -> bool:
         """Reload the thread from the store; False if the store cannot be read."""
@@ -204,11 +208,14 @@ class ThreadWriter:
             return
         started = time.monotonic()
         self._flight = asyncio.get_running_loop().create_future()
-        landed = partial(self._landed, batch, outcomes, events, started)
+        packed: list[bytes] = []
+        landed = partial(self._landed, batch, outcomes, events, packed, started)
         try:
+            # Packed once, for the store and for the committed copy's log.
+            packed += [pack(event) for event in events]
             # Answered by the callback that reads the store's reply (Redis): the commit, the
             # fan-out and the answers follow in that callback, with no loop turn before them.
-            self.store.start_append(loaded.key, events, landed)
+            self.store.start_append(loaded.key, events, landed, packed)
         except Exception as exc:  # e.g. an event the store cannot encode: as if it failed
             landed(exc)
 
@@ -217,6 +224,7 @@ class ThreadWriter:
         batch: list[_Submitted],
         outcomes: list[Outcome],
         events: list[Event],
+        packed: list[bytes],
         started: float,
         failed: BaseException | None,
     ) -> None:
@@ -230,7 +238,7 @@ class ThreadWriter:
         if failed is None:
             self._stored(started)
             try:
-                self.follower.committed(loaded, events)
+                self.follower.committed(loaded, events, packed)
             finally:
                 loaded.lock.release()
             self._answer(batch, outcomes)

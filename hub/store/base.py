@@ -92,12 +92,18 @@ class Store(ABC):
         """Add sequenced events to the thread's log, keeping only the newest ``retention``."""
 
     def start_append(
-        self, thread_id: str, events: list[Event], done: Callable[[BaseException | None], None]
+        self,
+        thread_id: str,
+        events: list[Event],
+        done: Callable[[BaseException | None], None],
+        packed: Sequence[bytes] | None = None,
     ) -> None:
         """:meth:`append`, started now: ``done(None)`` once the events are stored, else
         ``done`` of what it raised (never both, never twice). A store that can send an append
         without a task of its own (Redis, whose appends of one loop turn share one round trip)
-        overrides this, and calls ``done`` as the reply is read: no loop turn in between."""
+        overrides this, and calls ``done`` as the reply is read: no loop turn in between.
+        ``packed``: each event as :func:`~hub.wire.codec.pack` writes it, if the caller made
+        them already (a store that keeps events packed takes these instead of packing again)."""
         task = asyncio.ensure_future(self.append(thread_id, events))
         _appending.add(task)
         task.add_done_callback(partial(_told, done))

@@ -900,7 +900,11 @@ class RedisStore(Store):
             await stored
 
     def start_append(
-        self, thread_id: str, events: list[Event], done: Callable[[BaseException | None], None]
+        self,
+        thread_id: str,
+        events: list[Event],
+        done: Callable[[BaseException | None], None],
+        packed: Sequence[bytes] | None = None,
     ) -> None:
         """:meth:`append` without a task: queued for this loop turn's pipeline
         (:class:`_Appends`), its reply told to ``done`` by the callback that reads it."""
@@ -909,8 +913,10 @@ class RedisStore(Store):
             return
         keys = thread_keys(thread_id)
         args: list[Any] = [self.retention, self.origin + struct.pack(">d", time.time())]
-        for event in events:
-            args += [seq_of(event), pack(event)]
+        if packed is None:
+            packed = [pack(event) for event in events]
+        for event, data in zip(events, packed, strict=True):
+            args += [seq_of(event), data]
         tenant, local_id = split_key(thread_id)
         run = run_arg(run_change(events))
         replied = resp.Answer(partial(_appended, done, thread_id, events))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from hub.core.eventlog import EventLog
 from hub.core.thread import Thread
+from hub.wire.codec import pack
 
 _scalars = (
     st.none()
@@ -61,6 +62,26 @@ def test_every_event_reads_back_exactly_newest_last_within_the_bound(
     assert len(log) == len(kept) and log.maxlen == maxlen
     assert all(_same(a, b) for a, b in zip(list(log), kept, strict=True))
     assert all(_same(log[i], kept[i]) for i in range(-len(kept), len(kept)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(_events.filter(bool).map(lambda e: e[0]), st.booleans()), max_size=20))
+def test_bytes_made_for_the_store_are_kept_and_read_back_as_their_events(
+    appended: list[tuple[dict[str, Any], bool]],
+) -> None:
+    """An event appended with its bytes (``pack(event)``, made once by its writer for the
+    store) is held as those very bytes, and reads back as the event, beside events appended
+    without."""
+    log = EventLog(8)
+    given_bytes = []
+    for event, with_bytes in appended:
+        packed = pack(event) if with_bytes else None
+        log.append(event, packed)
+        given_bytes.append(packed)
+    kept = appended[-8:]
+    assert all(_same(log[i], event) for i, (event, _) in enumerate(kept))
+    for entry, packed in zip(log._entries, given_bytes[-8:], strict=True):
+        assert packed is None or entry is packed
 
 
 def test_older_events_are_held_packed_and_read_as_fresh_copies() -> None:

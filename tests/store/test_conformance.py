@@ -120,6 +120,17 @@ async def test_a_started_append_tells_its_outcome_once(opener: Opener) -> None:
     stored = await store.load("t")
     assert stored is not None and [e["metadata"]["hub"]["seq"] for e in stored.log] == [1, 2]
 
+    # With the events' bytes made already (the writer packs once, for the store and its copy).
+    arrived.clear()
+    told["t"] = []
+    told["nope"] = [None]
+    later = [event(3, big="y" * 300), event(4)]
+    store.start_append("t", later, lambda failed: done("t", failed), [pack(e) for e in later])
+    await asyncio.wait_for(arrived.wait(), 10)
+    assert told["t"] == [None]
+    stored = await store.load("t")
+    assert stored is not None and stored.log[2:] == later
+
 
 async def test_the_log_keeps_only_the_newest_retention_events(opener: Opener) -> None:
     store = await opener()

@@ -418,6 +418,10 @@ def _epoch_of(record: bytes) -> str:
 #: update: ``[index keys, thread id in its tenant, run change]``.
 _Queued = tuple[list[Any], resp.Answer, list[Any] | None]
 
+#: Threads whose append heads a node keeps packed (:meth:`_Appends._packed`); past it, they
+#: are packed again as their threads next append.
+HEADS_MAX = 4096
+
 
 class _Appends:
     """Every thread's appends of one loop turn, in one round trip.
@@ -445,6 +449,9 @@ class _Appends:
         self._in_flight = False
         self._flushing = False
         self._retries: set[asyncio.Future[None]] = set()
+        #: Per thread (its first key), the script's sha and the append's packed part every
+        #: append of the thread shares: EVALSHA, the sha, the keys, the retention.
+        self._heads: dict[str, tuple[str, bytes]] = {}
 
     def send(
         self, keys: list[str], args: list[Any], touch: list[Any] | None, answer: resp.Answer
@@ -469,8 +476,22 @@ class _Appends:
         batch, self._queued = self._queued[:PIPELINE_MAX], self._queued[PIPELINE_MAX:]
         sha = self.store._append.sha
         self._in_flight = True
-        commands = [["EVALSHA", sha, *command] for command, _, _ in batch]
+        commands = [self._packed(sha, command) for command, _, _ in batch]
         fast.send_to(commands, resp.Answer(partial(self._answered, batch)))
+
+    def _packed(self, sha: str, command: list[Any]) -> bytes:
+        """``["EVALSHA", sha, *command]`` packed for RESP, its head (up to the retention,
+        what every append of one thread shares) packed once per thread: hiredis formatted
+        each of an append's some 17 arguments with ``sprintf``, 5 % of an agent event's
+        instructions on the writing node (issue 17)."""
+        shared = command[0] + 2  # the key count, the keys, the retention
+        heads = self._heads
+        head = heads.get(command[1])
+        if head is None or head[0] != sha:
+            if len(heads) >= HEADS_MAX:
+                heads.clear()
+            head = heads[command[1]] = (sha, resp.bulk_strings(["EVALSHA", sha, *command[:shared]]))
+        return b"*%d\r\n%s%s" % (len(command) + 2, head[1], resp.bulk_strings(command[shared:]))
 
     def _answered(
         self, batch: list[_Queued], replies: list[Any] | None, failed: BaseException | None

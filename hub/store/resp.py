@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -41,13 +41,40 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 log = logging.getLogger("agui_hub.redis")
 
 
-def pack_commands(commands: list[list[Any]]) -> bytes:
+#: A command: its arguments, or the command packed already (:func:`bulk_strings`).
+Command = list[Any] | bytes
+
+
+def pack_commands(commands: Sequence[Command]) -> bytes:
     """RESP arrays of bulk strings for ``commands`` (bytes, str, int or float arguments), in
-    one buffer. hiredis packs each in C: a node's append pipeline packs one command of about
-    20 arguments per event, which the loop in Python that did this took 2.6 times as long
-    for (issue 17). Anything else (None, a bool, a list) raises TypeError."""
+    one buffer; a command given as ``bytes`` is packed already. hiredis packs the rest in C
+    (the loop in Python that did this took 2.6 times as long: issue 17). Anything else (None,
+    a bool, a list) raises TypeError."""
     pack = hiredis.pack_command
-    return b"".join([pack(tuple(command)) for command in commands])
+    return b"".join([c if type(c) is bytes else pack(tuple(c)) for c in commands])
+
+
+def bulk_strings(args: Iterable[Any]) -> bytes:
+    """``args`` as RESP bulk strings, one after the other, as :func:`pack_commands` packs
+    them (a command's array header is ``b"*%d\\r\\n" % len(command)`` before them): for a
+    command whose arguments are mostly the same every time, packed once and kept (a thread's
+    append: hub.store.redis). bytes, str (UTF-8), int and float; anything else raises
+    TypeError."""
+    parts = []
+    for arg in args:
+        kind = type(arg)
+        if kind is bytes:
+            data = arg
+        elif kind is str:
+            data = arg.encode()
+        elif kind is int:
+            data = b"%d" % arg
+        elif kind is float:
+            data = repr(arg).encode()
+        else:
+            raise TypeError(f"a Redis argument must be bytes, str, int or float, not {kind}")
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
 
 
 class Answer:
@@ -217,7 +244,7 @@ class RespConnection:
         #: The watch on the oldest round trip in flight (see the class's text).
         self._watch: asyncio.TimerHandle | None = None
 
-    async def execute(self, commands: list[list[Any]]) -> list[Any]:
+    async def execute(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write and return their replies, in order: a value, or the
         redis-py exception an error reply stands for (not raised). Raises redis-py's
         ``ConnectionError`` or ``TimeoutError`` when the outcome is unknown."""
@@ -226,7 +253,7 @@ class RespConnection:
         protocol = await self._connected()
         return await self._timed(protocol, commands)
 
-    def send(self, commands: list[list[Any]]) -> asyncio.Future[list[Any]]:
+    def send(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]]:
         """:meth:`execute` without a task: written now when the connection is up (else once
         it is), answered through the future."""
         protocol = self._protocol
@@ -234,7 +261,7 @@ class RespConnection:
             return asyncio.ensure_future(self.execute(commands))
         return self._timed(protocol, commands)
 
-    def send_to(self, commands: list[list[Any]], answer: Answer) -> None:
+    def send_to(self, commands: Sequence[Command], answer: Answer) -> None:
         """:meth:`send`, its replies handed to ``answer`` as soon as they are read."""
         protocol = self._protocol
         if protocol is None or protocol.lost or protocol.transport is None:
@@ -243,7 +270,7 @@ class RespConnection:
         self._timed(protocol, commands, answer)
 
     def _timed(
-        self, protocol: _Protocol, commands: list[list[Any]], answer: Answer | None = None
+        self, protocol: _Protocol, commands: Sequence[Command], answer: Answer | None = None
     ) -> asyncio.Future[list[Any]]:
         loop = asyncio.get_running_loop()
         future = self._send(protocol, commands, loop.time() + self.timeout, answer)
@@ -270,7 +297,7 @@ class RespConnection:
     def _send(
         self,
         protocol: _Protocol,
-        commands: list[list[Any]],
+        commands: Sequence[Command],
         deadline: float = float("inf"),
         answer: Answer | None = None,
     ) -> asyncio.Future[list[Any]]:
@@ -318,7 +345,7 @@ class RespConnection:
             raise RedisConnectionError(
                 f"could not connect to Redis at {self.host}:{self.port}: {exc}"
             ) from exc
-        hello: list[list[Any]] = []
+        hello: list[Command] = []
         if self.password is not None:
             auth: list[Any] = ["AUTH", self.password]
             if self.username is not None:

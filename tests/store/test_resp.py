@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+from typing import Any
 
+import hiredis
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -22,7 +26,15 @@ from redis_support import RedisServer
 
 from hub.store import resp
 from hub.store.base import transient
-from hub.store.resp import RespConnection, RespPubSub, connection_for, pack_commands
+from hub.store.redis import _Appends, thread_keys
+from hub.store.redis_threads import index_keys
+from hub.store.resp import (
+    RespConnection,
+    RespPubSub,
+    bulk_strings,
+    connection_for,
+    pack_commands,
+)
 
 SCRIPT = """
 redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -40,6 +52,53 @@ def test_pack_commands_is_resp() -> None:
     for bad in (None, True, [b"x"]):  # never sent as something Redis would misread
         with pytest.raises(TypeError):
             pack_commands([["SET", "k", bad]])
+
+
+_arg = (
+    st.binary(max_size=40)
+    | st.text(max_size=20)
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_arg, min_size=1, max_size=12), st.integers(min_value=0, max_value=12))
+def test_bulk_strings_pack_as_hiredis_does(args: list[Any], cut: int) -> None:
+    """A command packed in two parts, its head kept (hub.store.redis's appends), is the
+    bytes hiredis packs it as, for every kind of argument either takes."""
+    packed = b"*%d\r\n" % len(args) + bulk_strings(args[:cut]) + bulk_strings(args[cut:])
+    assert packed == hiredis.pack_command(tuple(args))
+    assert pack_commands([packed, args]) == packed * 2  # packed already: as it is
+    for bad in (None, True, [b"x"]):
+        with pytest.raises(TypeError):
+            bulk_strings([*args, bad])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["acme/a", "acme/b", "beta/c"]),
+            st.lists(st.tuples(st.integers(1, 10**9), st.binary(max_size=60)), min_size=1),
+            st.sampled_from(["", "orun-1", "c0"]),
+            st.sampled_from(["a" * 40, "b" * 40]),  # Redis restarted with another script
+        ),
+        max_size=12,
+    )
+)
+def test_an_append_packs_as_hiredis_packs_it_with_its_threads_head_kept(
+    appends: list[tuple[str, list[tuple[int, bytes]], str, str]],
+) -> None:
+    appender = _Appends.__new__(_Appends)
+    appender._heads = {}
+    for thread_id, events, run, sha in appends:
+        keys = [*thread_keys(thread_id), *index_keys(thread_id.partition("/")[0])]
+        args: list[Any] = [10_000, b"origin" + bytes(8)]
+        for seq, event in events:
+            args += [seq, event]
+        command = [len(keys), *keys, *args, thread_id.partition("/")[2], run]
+        assert appender._packed(sha, command) == hiredis.pack_command(("EVALSHA", sha, *command))
 
 
 def test_connection_for_speaks_only_plain_tcp() -> None:

@@ -41,14 +41,18 @@ def test_a_node_under_callgrind_counts_the_events_not_its_start(
     assert main(["--events", "20", "--mode", "burst", "--store", "redis"]) == 0
     printed = capsys.readouterr().out
     found = re.fullmatch(
-        r"([\d,]+) instructions per agent event "
-        r"\(burst, redis store, 20 events, ([\d,]+) in all\)\n",
+        r"([\d,]+) instructions per agent event \(burst, redis store, 20 events: ([\d,]+) in "
+        r"([\d.]+) s, less the node's idle ([\d,]+) a second\)\n",
         printed,
     )
     assert found is not None, printed
-    per_event, total = (int(n.replace(",", "")) for n in found.groups())
+    per_event, total, idle = (int(found[i].replace(",", "")) for i in (1, 2, 4))
     assert 50_000 < per_event < 5_000_000
     assert total < 100_000_000
+    seconds = float(found[3])
+    assert 0 < idle * seconds < total  # idle work is some of it, not most
+    # The figure is the total less the idle work over those seconds (printed to 0.1 s).
+    assert abs(per_event - (total - idle * seconds) / 20) <= idle * 0.05 / 20 + 1
 
 
 def test_a_node_on_another_interpreter_runs_the_hub_that_interpreter_has(

@@ -6,13 +6,20 @@ import pytest
 from frame_support import watch
 
 from hub.core.consumer import ConsumerView
+from hub.server import hub as hub_module
 from hub.server.config import Config
 from hub.server.hub import Hub
 from hub.store.memory import MemoryStore
 from hub.wire.codec import unpack
 
 
-async def test_a_snapshot_is_encoded_once_for_every_joiner_while_the_agent_writes_on() -> None:
+async def test_a_snapshot_is_encoded_once_for_every_joiner_while_the_agent_writes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Reuse within the window, whatever this machine's speed: 100 joins and three writes
+    # took longer than the 0.1 s window on a loaded machine, and the last join built anew.
+    monkeypatch.setattr(hub_module, "SYNC_REUSE_SECONDS", 30.0)
+    monkeypatch.setattr(hub_module, "FRAMES_FRESH", 30.0)
     hub = Hub(MemoryStore(), Config(store="memory://"))
     loaded = await hub.load("t")
     await hub.publish(loaded, {"type": "STATE_SNAPSHOT", "snapshot": {"big": "x" * 10_000}})

@@ -54,7 +54,7 @@ from hub.server.loaded import LoadedThread, take_now
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
 from hub.store import Store
-from hub.store.base import seq_of, transient
+from hub.store.base import seq_of, tell, transient
 from hub.wire.codec import pack
 
 log = logging.getLogger("agui_hub.writer")
@@ -245,7 +245,7 @@ class ThreadWriter:
             self._next()
             return
         self._task = asyncio.create_task(
-            self._recover(batch, outcomes, events, failed), name=f"writer-{loaded.key}"
+            self._recover(batch, outcomes, events, packed, failed), name=f"writer-{loaded.key}"
         )
 
     def _next(self) -> None:
@@ -258,6 +258,7 @@ class ThreadWriter:
         batch: list[_Submitted],
         outcomes: list[Outcome],
         events: list[Event],
+        packed: list[bytes],
         failed: BaseException,
     ) -> None:
         """The fast path's append failed (the lock is held): on as :meth:`_commit` goes on
@@ -277,7 +278,7 @@ class ThreadWriter:
             finally:
                 loaded.lock.release()
             if isinstance(failure, _Lost):  # in doubt: settle it, outside the lock
-                settled = await self._settled(changes, outcomes, events)
+                settled = await self._settled(changes, outcomes, events, packed)
                 outcomes = await self._commit(changes) if settled is None else settled
             elif isinstance(failure, _Raced):  # apply again, on the store's history
                 unavailable = _refused(changes, "the store is unavailable")
@@ -290,12 +291,16 @@ class ThreadWriter:
         await self._run()
 
     async def _settled(
-        self, changes: list[Change], outcomes: list[Outcome], events: list[Event]
+        self,
+        changes: list[Change],
+        outcomes: list[Outcome],
+        events: list[Event],
+        packed: list[bytes],
     ) -> list[Outcome] | None:
         """A batch in doubt, sent again until the store answers: its outcomes, or None when
         the store holds something else there (apply it again)."""
         try:
-            return outcomes if await self._settle(events) else None
+            return outcomes if await self._settle(events, packed) else None
         except _Gone:
             return self._gone(changes)
         except _Abandoned:
@@ -346,8 +351,9 @@ class ThreadWriter:
                     if not await shared.try_create(loaded):
                         return _refused(changes, "the store is unavailable")
                     continue
+                packed: list[bytes] = []
                 try:
-                    await self._append(events)
+                    await self._append(events, packed)
                 except _Raced:
                     loaded.draft = None
                     if not await shared.try_reload(loaded):
@@ -358,19 +364,25 @@ class ThreadWriter:
                 except _Lost:
                     loaded.draft = None
                 else:
-                    shared.committed(loaded, events)
+                    shared.committed(loaded, events, packed)
                     return outcomes
             # In doubt: settle it (outside the lock, so readers and followers go on).
-            settled = await self._settled(changes, outcomes, events)
+            settled = await self._settled(changes, outcomes, events, packed)
             if settled is not None:
                 return settled
             # The store answered that it holds something else there: apply again.
         return _refused(changes, "too many concurrent writers; retry")
 
-    async def _append(self, events: list[Event]) -> None:
+    async def _append(self, events: list[Event], packed: list[bytes]) -> None:
+        """Append ``events``; ``packed`` takes their bytes, made once for every attempt at
+        them and for the committed copy's log (as the fast path makes them)."""
         started = time.monotonic()
         try:
-            await self.store.append(self.loaded.key, events)
+            if not packed:
+                packed += [pack(event) for event in events]
+            stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.store.start_append(self.loaded.key, events, partial(tell, stored), packed)
+            await stored
         except Exception as exc:
             raise self._failure(exc) from exc
         self._stored(started)
@@ -407,7 +419,7 @@ class ThreadWriter:
         self.follower.gone(loaded)
         return [Outcome(error=ThreadDeleted("the thread was deleted")) for _ in changes]
 
-    async def _settle(self, events: list[Event]) -> bool:
+    async def _settle(self, events: list[Event], packed: list[bytes]) -> bool:
         """Send a batch in doubt again until the store answers. True: it is stored (and
         committed here); False: the store holds something else there, nothing of it."""
         loaded = self.loaded
@@ -418,7 +430,7 @@ class ThreadWriter:
             delay = min(delay * 2, SETTLE_MAX)
             async with loaded.lock:
                 try:
-                    await self._append(events)
+                    await self._append(events, packed)
                 except _Lost:
                     if self.closing:
                         log.error(
@@ -433,7 +445,7 @@ class ThreadWriter:
                     await shared.try_reload(loaded)
                     return False
                 log.warning("thread %s: the store took the events in doubt", loaded.key)
-                shared.committed(loaded, events)
+                shared.committed(loaded, events, packed)
                 return True
 
 

@@ -484,6 +484,16 @@ class Store(ABC):
 _appending: set[asyncio.Future[None]] = set()
 
 
+def tell(future: asyncio.Future[None], failed: BaseException | None) -> None:
+    """A started append's outcome (the ``done`` of :meth:`Store.start_append`) to a future
+    that awaits it: once, and not to a future given up (cancelled)."""
+    if not future.done():
+        if failed is None:
+            future.set_result(None)
+        else:
+            future.set_exception(failed)
+
+
 def _told(done: Callable[[BaseException | None], None], task: asyncio.Future[None]) -> None:
     _appending.discard(task)
     done(asyncio.CancelledError() if task.cancelled() else task.exception())

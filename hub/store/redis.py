@@ -78,6 +78,7 @@ from hub.store.base import (
     StoredThread,
     outage_reason,
     seq_of,
+    tell,
 )
 from hub.store.redis_bus import ORIGIN_BYTES, RedisBus
 from hub.store.redis_threads import (
@@ -614,14 +615,6 @@ def _appended(
     done(failed)
 
 
-def _settle(future: asyncio.Future[None], failed: BaseException | None) -> None:
-    if not future.done():
-        if failed is None:
-            future.set_result(None)
-        else:
-            future.set_exception(failed)
-
-
 class RedisStore(Store):
     shared = True
 
@@ -917,7 +910,7 @@ class RedisStore(Store):
         a different event at a stored seq, or a gap, is a conflict."""
         if events:
             stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self.start_append(thread_id, events, partial(_settle, stored))
+            self.start_append(thread_id, events, partial(tell, stored))
             await stored
 
     def start_append(

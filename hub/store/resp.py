@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -54,27 +54,15 @@ def pack_commands(commands: Sequence[Command]) -> bytes:
     return b"".join([c if type(c) is bytes else pack(tuple(c)) for c in commands])
 
 
-def bulk_strings(args: Iterable[Any]) -> bytes:
+def bulk_strings(args: Sequence[Any]) -> bytes:
     """``args`` as RESP bulk strings, one after the other, as :func:`pack_commands` packs
-    them (a command's array header is ``b"*%d\\r\\n" % len(command)`` before them): for a
+    them (a command's array header, ``b"*%d\\r\\n" % len(command)``, goes before them): for a
     command whose arguments are mostly the same every time, packed once and kept (a thread's
-    append: hub.store.redis). bytes, str (UTF-8), int and float; anything else raises
-    TypeError."""
-    parts = []
-    for arg in args:
-        kind = type(arg)
-        if kind is bytes:
-            data = arg
-        elif kind is str:
-            data = arg.encode()
-        elif kind is int:
-            data = b"%d" % arg
-        elif kind is float:
-            data = repr(arg).encode()
-        else:
-            raise TypeError(f"a Redis argument must be bytes, str, int or float, not {kind}")
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+    append: hub.store.redis). hiredis packs them (an array of them, whose header is cut)."""
+    if not args:
+        return b""
+    packed: bytes = hiredis.pack_command(tuple(args))
+    return packed[packed.index(b"\n") + 1 :]
 
 
 class Answer:

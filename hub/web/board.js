@@ -130,13 +130,15 @@ async function loadPage(cursor) {
   if (lastClient) render(lastClient);
 }
 
-older.addEventListener("click", () => {
-  if (!paging.next || paging.loading) return;
+// A double click moves one page: its second click (event.detail 2) is not a step, whether or
+// not the page it asked for has come by then (on a busy machine it had, and it moved two).
+older.addEventListener("click", (event) => {
+  if (event.detail > 1 || !paging.next || paging.loading) return;
   paging.cursors.push(paging.cursor);
   loadPage(paging.next);
 });
-newer.addEventListener("click", () => {
-  if (paging.cursors.length === 0 || paging.loading) return;
+newer.addEventListener("click", (event) => {
+  if (event.detail > 1 || paging.cursors.length === 0 || paging.loading) return;
   loadPage(paging.cursors.pop());
 });
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 from websockets.asyncio.client import connect
 
+from hub.bench.load import delta
 from hub.bench.proc import HubProcess
 from hub.bench.redisproc import RedisProcess
 
@@ -101,20 +102,6 @@ def so_far(control: str, pid: int) -> int:
     return sum(int(total.replace(",", "")) for total in totals)
 
 
-def delta(i: int) -> str:
-    """The peers harness's payload as an agent's frame (hub.bench.instructions' events)."""
-    return json.dumps(
-        {
-            "type": "STATE_DELTA",
-            "delta": [
-                {"op": "replace", "path": "/counter", "value": i, "ts": 1_000_000 + i},
-                {"op": "replace", "path": "/status", "value": "running"},
-                {"op": "add", "path": "/log/-", "value": "x" * 24},
-            ],
-        }
-    )
-
-
 async def drive(
     url: str,
     events: int,
@@ -146,7 +133,7 @@ async def drive(
 
                 reader = asyncio.create_task(read())
                 for i in range(events):
-                    await agent.send(delta(i))
+                    await agent.send(json.dumps(delta(i)))
                     while paced and got <= i:
                         arrived.clear()
                         await arrived.wait()

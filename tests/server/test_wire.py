@@ -84,6 +84,17 @@ async def test_producers_are_acknowledged_for_stored_frames(hub: HubProcess) -> 
     assert acks[-1]["value"]["seq"] == 20
 
 
+async def five_frames_20_ms_apart(agent: Client) -> list[dict[str, Any]]:
+    """Send five deltas 20 ms apart; the acknowledgements up to the one of all five."""
+    for i in range(5):
+        await agent.send(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+        await asyncio.sleep(0.02)
+    got = await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 5)
+    return [e["value"] for e in got if is_custom(e, "hub.ack")]
+
+
 async def test_frames_within_the_interval_share_one_acknowledgement_that_still_comes(
     hub: HubProcess,
 ) -> None:
@@ -92,13 +103,7 @@ async def test_frames_within_the_interval_share_one_acknowledgement_that_still_c
     # agent's answer loop), with no further frame to prompt it. Losing the held
     # acknowledgement fails the wait; acknowledging each frame on its own fails the count.
     agent = await producer(hub)
-    for i in range(5):
-        await agent.send(
-            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
-        )
-        await asyncio.sleep(0.02)
-    got = await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 5)
-    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
+    acks = await five_frames_20_ms_apart(agent)
     assert acks[-1]["seq"] == 5
     assert len(acks) <= 3, acks
 
@@ -114,13 +119,7 @@ async def test_with_no_ack_interval_each_frame_is_acknowledged_once_stored_and_n
     url = "memory://" if store == "memory" else f"sqlite:///{tmp_path / 'hub.db'}"
     hub = start_hub("--ack-interval", "0", store=url)
     agent = await producer(hub)
-    for i in range(5):
-        await agent.send(
-            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
-        )
-        await asyncio.sleep(0.02)
-    got = await agent.recv_until(lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == 5)
-    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
+    acks = await five_frames_20_ms_apart(agent)
     assert acks == [{"seq": i, "count": i} for i in range(1, 6)], acks
     assert hub.proc is not None
     before = cpu_seconds(hub.proc.pid)

@@ -55,10 +55,14 @@ function ago(iso) {
  * `data-ids` (the ids listed, in order) and `data-busy` while a rename or a delete is in
  * flight (the page takes no other meanwhile); each thread's `<li>` is `data-testid="thread-item"` with
  * `data-id`, holding `thread-open` (a link), `thread-rename` and `thread-delete` buttons.
+ * `threads-summary` says what the latest fetch listed; `threads-status` the outcome of the latest
+ * rename or delete taken here, which no fetch overwrites.
  */
 export function threadList({ current, onDeleted = () => {} }) {
   const list = byTestId("threads");
-  const note = byTestId("threads-status");
+  const summary = byTestId("threads-summary"); // what the latest fetch listed (or why it failed)
+  const note = byTestId("threads-status"); // the outcome of the latest rename or delete: kept
+  // until the next one, as the list is fetched again right after each and every POLL_MS
   let loaded = 0;
   let asked = 0; // the latest fetch asked for: an older answer arriving late is dropped
   let editing = null; // the id whose name is being edited: the list is not redrawn meanwhile
@@ -89,7 +93,7 @@ export function threadList({ current, onDeleted = () => {} }) {
     try {
       threads = await fetchList();
     } catch (err) {
-      if (mine === asked) say(`Could not list the threads: ${err?.message ?? err}.`);
+      if (mine === asked) summary.textContent = `Could not list the threads: ${err?.message ?? err}.`;
       return;
     }
     if (mine !== asked) return;
@@ -114,7 +118,7 @@ export function threadList({ current, onDeleted = () => {} }) {
     if (items.length === 0) items.push(el("li", { className: "empty", text: "No threads yet." }));
     list.replaceChildren(...items);
     list.dataset.ids = threads.map((t) => t.id).join(",");
-    say(`${threads.length} thread(s), most recently changed first.`);
+    summary.textContent = `${threads.length} thread(s), most recently changed first.`;
   }
 
   function item(thread) {

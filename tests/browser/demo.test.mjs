@@ -688,6 +688,16 @@ test("the thread list: another thread shows, opens, is renamed and deleted from 
   });
   assert.equal((await listed()).find((t) => t.id === scratch).name, name);
   assert.equal(await e.textContent(`${item} [data-testid="thread-open"]`), name);
+  // The outcome stays said after the list is fetched again (the rename's own refresh, then polls).
+  const status = () => e.textContent('[data-testid="threads-status"]');
+  const fetched = async () => Number(await e.getAttribute('[data-testid="threads"]', "data-loaded"));
+  const after = await fetched();
+  await until(e, (n) => Number(document.querySelector('[data-testid="threads"]').dataset.loaded) > n, after, {
+    what: "the list to be fetched again",
+    timeout: 15_000,
+  });
+  assert.equal(await status(), `Renamed ${scratch}.`);
+  assert.match(await e.textContent('[data-testid="threads-summary"]'), /^\d+ thread\(s\)/);
   await until(tabs.A, ([sel, n]) => document.querySelector(sel)?.dataset.name === n, [item, name], {
     what: "tab A's list to show the new name",
   });

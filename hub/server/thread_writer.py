@@ -135,9 +135,12 @@ class ThreadWriter:
         self._flight: asyncio.Future[None] | None = None
         self._flushing = False
         self.closing = False
+        # Kept: asking for the running loop costs a getpid() system call (CPython 3.11), and
+        # the writer asks for each change, batch and answer (issue 17).
+        self._loop = asyncio.get_running_loop()
 
     def submit(self, change: Change) -> asyncio.Future[Outcome]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         future: asyncio.Future[Outcome] = loop.create_future()
         self._queue.append((change, future))
         if not self._flushing and self._flight is None and not self._running:
@@ -207,7 +210,7 @@ class ThreadWriter:
             self._next()
             return
         started = time.monotonic()
-        self._flight = asyncio.get_running_loop().create_future()
+        self._flight = self._loop.create_future()
         packed: list[bytes] = []
         landed = partial(self._landed, batch, outcomes, events, packed, started)
         try:
@@ -251,7 +254,7 @@ class ThreadWriter:
     def _next(self) -> None:
         if self._queue and not self._flushing:
             self._flushing = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     async def _recover(
         self,

@@ -500,8 +500,7 @@ class AgentEndpoint(ThreadEndpoint):
         while answered and answered[0][1] <= loaded.persisted_seq:
             state.stored_frames = answered.popleft()[0]
         if state.stored_frames != state.acked_frames:
-            loop = asyncio.get_running_loop()
-            now = loop.time()
+            now = state.loop.time()
             wait = state.acked_at + self.config.ack_interval - now
             if wait > 0:
                 return wait
@@ -563,6 +562,8 @@ def _refused(event: Event) -> RunRefused:
 class _ProducerState:
     def __init__(self, peer: Peer) -> None:
         self.peer = peer
+        #: The running loop, kept: asking for it is a getpid() system call (CPython 3.11).
+        self.loop = asyncio.get_running_loop()
         #: Frames submitted and not answered yet, oldest first: (index, outcome, reply).
         self.pending: deque[tuple[int, asyncio.Future[Outcome], dict[str, Any] | None]] = deque()
         #: Frames answered, not yet acknowledged: (index, the last seq up to it).

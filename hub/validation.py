@@ -58,6 +58,7 @@ from hub.limits import (
     too_deep,
 )
 from hub.secrets_scan import DEFAULT_POLICY, PointerPath, SecretPolicy, escape_token, spell_pointer
+from hub.wire.events import proved_wellformed
 
 __all__ = ["ACCEPTED", "NEW_MESSAGE", "REMEASURE", "Checked", "EventCheck", "ThreadView"]
 
@@ -219,13 +220,14 @@ class EventCheck:
         grows = 0
         copies = False
         wellformed = True
+        checking = not proved_wellformed(ops)  # parse_event walked these ops already
         doc = thread.state
         limit = limits.max_depth
         paths = self._paths
         first_write = -1  # the first op that may change the state, once a copy or move asks
         replay = False  # a copy or a move may take what an earlier op wrote: see _replay
         for i, op in enumerate(ops):
-            if wellformed:
+            if checking and wellformed:
                 try:
                     wellformed = check_op(i, op)
                 except MalformedPatch:

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hub.core.patch import check_op
 from hub.errors import InvalidEvent, MalformedPatch
+from hub.wire import events
 from hub.wire.codec import decode, encode
-from hub.wire.events import EVENT_ADAPTER, parse_event
+from hub.wire.events import EVENT_ADAPTER, parse_event, proved_wellformed
 
 
 def sdk_dump(obj: dict[str, Any]) -> dict[str, Any]:
@@ -276,3 +278,34 @@ def test_held_deltas_share_their_type_op_names_and_paths() -> None:
     assert first["delta"][0]["op"] is second["delta"][0]["op"]
     assert first["delta"][0]["path"] is second["delta"][0]["path"]
     assert [e["delta"][0]["value"] for e in (first, second)] == [0, 1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(patch=st.lists(delta_ops(), max_size=4))
+def test_what_parse_event_proves_of_a_patch_is_what_check_op_finds(
+    patch: list[dict[str, Any]],
+) -> None:
+    """The edge's check (hub.validation) skips check_op for a patch parse_event proved: every
+    op of a proved patch is one check_op keeps, and the plain frames agents send are proved."""
+    obj = decode(encode({"type": "STATE_DELTA", "delta": patch}, "json"))
+    try:
+        parsed, _ = parse_event(obj)
+    except (InvalidEvent, MalformedPatch):
+        return
+    ops = parsed["delta"]
+    if proved_wellformed(ops):
+        assert all(check_op(i, op) for i, op in enumerate(ops))
+    assert not proved_wellformed(ops)  # answered once
+
+
+def test_a_proof_is_of_one_list_answered_once_and_few_are_held() -> None:
+    frame = {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/a", "value": 1}]}
+    parsed, _ = parse_event(decode(json.dumps(frame)))
+    assert not proved_wellformed([dict(op) for op in parsed["delta"]])  # equal, not the same
+    assert proved_wellformed(parsed["delta"])
+    assert not proved_wellformed(parsed["delta"])
+    first, _ = parse_event(decode(json.dumps(frame)))
+    for _ in range(events._PROVED_MAX):
+        parse_event(decode(json.dumps(frame)))
+    assert len(events._PROVED) == events._PROVED_MAX
+    assert not proved_wellformed(first["delta"])  # the oldest went first

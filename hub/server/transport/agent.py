@@ -64,6 +64,10 @@ FRAME_COST = 4096
 #: hub.server.persistence) while frames wait on it, when acknowledgements are not batched
 #: (``--ack-interval 0``); batched, the interval is the look's.
 STORED_POLL = 0.01
+#: An acknowledgement due within this many seconds is sent now: the loop's timers and clock
+#: move in milliseconds (libuv), so a timer for it may fire that much before it is due, and
+#: it would be set again, and again, until the clock turned.
+ACK_SLACK = 0.001
 
 #: A frame as the protocol hands it on (None: the rest comes through ``recv()``).
 Message = str | bytes | None
@@ -434,37 +438,42 @@ class AgentEndpoint(ThreadEndpoint):
         loop = asyncio.get_running_loop()
         direct = supports_direct_writes(ws) and encoding == JSON
         state.on_settled = partial(self._settled, ws, loaded, state, direct)
-        while True:
-            state.wake.clear()
-            delay = self._advance(ws, loaded, state, direct)
-            if delay is None:
-                state.idle = True
-                try:
-                    await state.wake.wait()
-                finally:
-                    state.idle = False
-                continue
-            if delay > 0:
-                await asyncio.sleep(delay)  # acknowledgements are batched
-                continue
-            if state.pending and state.pending[0][1].done():  # an error or a reply, in order
-                index, future, reply = state.pending.popleft()
-                outcome = future.result()
-                if outcome.events:
-                    state.last_seq = seq_of(outcome.events[-1])
-                if outcome.error is not None:
-                    await ws.send(encode(control.error(outcome.error, frame=index), encoding))
-                if reply is not None:
-                    await ws.send(encode(reply, encoding))
-                state.answered.append((index, state.last_seq))
-                continue
-            # An acknowledgement the socket could not take at once.
-            state.acked_frames, state.acked_at = state.stored_frames, loop.time()
-            seq = loaded.persisted_seq
-            if direct:
-                await write_prebuilt(ws, ack_wire(seq, state.acked_frames))
-            else:
-                await ws.send(encode(control.ack(seq, state.acked_frames), encoding))
+        state.on_due = partial(self._due, ws, loaded, state, direct)
+        try:
+            while True:
+                state.wake.clear()
+                delay = self._advance(ws, loaded, state, direct)
+                if delay is None or delay > 0:
+                    if delay is not None:  # acknowledgements are batched: due later, by a timer
+                        self._ack_later(state, delay)
+                    state.idle = True
+                    try:
+                        await state.wake.wait()
+                    finally:
+                        state.idle = False
+                    continue
+                if state.pending and state.pending[0][1].done():  # an error or a reply, in order
+                    index, future, reply = state.pending.popleft()
+                    outcome = future.result()
+                    if outcome.events:
+                        state.last_seq = seq_of(outcome.events[-1])
+                    if outcome.error is not None:
+                        await ws.send(encode(control.error(outcome.error, frame=index), encoding))
+                    if reply is not None:
+                        await ws.send(encode(reply, encoding))
+                    state.answered.append((index, state.last_seq))
+                    continue
+                # An acknowledgement the socket could not take at once.
+                state.acked_frames, state.acked_at = state.stored_frames, loop.time()
+                seq = loaded.persisted_seq
+                if direct:
+                    await write_prebuilt(ws, ack_wire(seq, state.acked_frames))
+                else:
+                    await ws.send(encode(control.ack(seq, state.acked_frames), encoding))
+        finally:
+            if state.ack_timer is not None:
+                state.ack_timer.cancel()
+                state.ack_timer = None
 
     def _settled(
         self,
@@ -476,8 +485,33 @@ class AgentEndpoint(ThreadEndpoint):
     ) -> None:
         """A frame's outcome is known. While the answer loop sleeps, answer it here; wake the
         loop only for what must wait. (While the loop runs, it looks again before it sleeps.)"""
-        if state.idle and self._advance(ws, loaded, state, direct) is not None:
+        if state.idle:
+            self._then(state, self._advance(ws, loaded, state, direct))
+
+    def _due(
+        self, ws: WebSocket, loaded: LoadedThread, state: _ProducerState, direct: bool
+    ) -> None:
+        """The acknowledgement timer: acknowledge what is due (the loop sleeps while it is set)."""
+        state.ack_timer = None
+        if state.idle:
+            self._then(state, self._advance(ws, loaded, state, direct))
+
+    def _then(self, state: _ProducerState, delay: float | None) -> None:
+        """What :meth:`_advance` left, while the answer loop sleeps: nothing (None), an
+        acknowledgement due later (a timer, not the loop: an agent sending a frame every few
+        tens of milliseconds costs no task wake-up and no sleep per frame), or what the loop
+        must send (0)."""
+        if delay is None:
+            return
+        if delay > 0:
+            self._ack_later(state, delay)
+        else:
             state.wake.set()
+
+    @staticmethod
+    def _ack_later(state: _ProducerState, delay: float) -> None:
+        if state.ack_timer is None:
+            state.ack_timer = state.loop.call_later(delay, state.on_due)
 
     def _advance(
         self, ws: WebSocket, loaded: LoadedThread, state: _ProducerState, direct: bool
@@ -502,7 +536,7 @@ class AgentEndpoint(ThreadEndpoint):
         if state.stored_frames != state.acked_frames:
             now = state.loop.time()
             wait = state.acked_at + self.config.ack_interval - now
-            if wait > 0:
+            if wait > ACK_SLACK:
                 return wait
             if not direct or not writable_now(ws):
                 return 0.0
@@ -574,6 +608,9 @@ class _ProducerState:
         self.idle = False
         #: Called as each frame is settled: answers it, or wakes the loop.
         self.on_settled: Callable[[object], None] = self.wake_up
+        #: The acknowledgement due later, while the loop sleeps, and what its timer calls.
+        self.ack_timer: asyncio.TimerHandle | None = None
+        self.on_due: Callable[[], None] = self.wake.set
         #: When the agent was last acknowledged (loop time).
         self.acked_at = -1e9
         self.frames = 0

@@ -460,12 +460,13 @@ class _Appends:
         """Queue one append; its reply goes to ``answer`` (as soon as it is read, on a single
         Redis over TCP: no loop turn between the reply and the writer's commit)."""
         self._queued.append(([len(keys), *keys, *args], answer, touch))
-        if self.store._resp is not None:
+        fast = self.store._resp
+        if fast is not None:
             # No task per pipeline: sent by a callback once this loop turn's appends are all
             # queued, answered by the callback of its reply (hub.store.resp.RespConnection).
             if not self._in_flight and not self._flushing:
                 self._flushing = True
-                asyncio.get_running_loop().call_soon(self._flush)
+                fast.call_soon(self._flush)
         elif self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._run(), name="redis-appends")
 

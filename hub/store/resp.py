@@ -153,10 +153,14 @@ class _Protocol(asyncio.Protocol):
         self.waiting: deque[tuple[int, list[Any], Waiter, float]] = deque()
         self.transport: asyncio.Transport | None = None
         self.lost = False
+        #: The loop the connection runs on, kept: asking for the running loop is a getpid()
+        #: system call on CPython 3.11, and a busy node sends a round trip per loop turn.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self.transport = transport
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         reader = self.reader
@@ -249,6 +253,12 @@ class RespConnection:
             return asyncio.ensure_future(self.execute(commands))
         return self._timed(protocol, commands)
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """``callback`` once this loop turn is over (on the connection's loop, once it has one)."""
+        protocol = self._protocol
+        loop = protocol.loop if protocol is not None else None
+        (loop or asyncio.get_running_loop()).call_soon(callback)
+
     def send_to(self, commands: Sequence[Command], answer: Answer) -> None:
         """:meth:`send`, its replies handed to ``answer`` as soon as they are read."""
         protocol = self._protocol
@@ -260,7 +270,7 @@ class RespConnection:
     def _timed(
         self, protocol: _Protocol, commands: Sequence[Command], answer: Answer | None = None
     ) -> asyncio.Future[list[Any]]:
-        loop = asyncio.get_running_loop()
+        loop = protocol.loop or asyncio.get_running_loop()
         future = self._send(protocol, commands, loop.time() + self.timeout, answer, loop)
         if self._watch is None and protocol.waiting:
             self._watch = loop.call_later(self.timeout, self._check)

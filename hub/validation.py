@@ -58,7 +58,7 @@ from hub.limits import (
     too_deep,
 )
 from hub.secrets_scan import DEFAULT_POLICY, PointerPath, SecretPolicy, escape_token, spell_pointer
-from hub.wire.events import proved_wellformed
+from hub.wire.events import ProvedOps
 
 __all__ = ["ACCEPTED", "NEW_MESSAGE", "REMEASURE", "Checked", "EventCheck", "ThreadView"]
 
@@ -220,7 +220,7 @@ class EventCheck:
         grows = 0
         copies = False
         wellformed = True
-        checking = not proved_wellformed(ops)  # parse_event walked these ops already
+        checking = type(ops) is not ProvedOps  # parse_event walked these ops already
         doc = thread.state
         limit = limits.max_depth
         paths = self._paths

@@ -19,27 +19,16 @@ EVENT_TYPES = frozenset(str(member.value) for member in EventType)
 KNOWN_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
 
 
-#: The op lists :func:`_plain_delta` proved well formed, by ``id``, until the guard takes the
-#: proof (:func:`proved_wellformed`), at most ``_PROVED_MAX`` (oldest out). Each is held here, so
-#: no other list can have its id while it is listed, and is taken only if it is the same object.
-_PROVED: dict[int, list[Any]] = {}
-_PROVED_MAX = 1024
+class ProvedOps(list[Any]):
+    """The ops of a STATE_DELTA that :func:`parse_event`'s plain path proved well formed: each
+    a known op, with valid pointers and the members its op needs (what
+    :func:`hub.core.patch.check_op` checks). The edge's check (hub.validation) so walks them
+    once, not twice (issue 17: some 3 % of an agent event's instructions). The proof travels
+    with the event and ends with it; as with the core's ``Thread.trust_patch``, a proved list
+    must not change. A list as any other to everything else (orjson and msgpack write it as
+    one)."""
 
-
-def proved_wellformed(ops: object) -> bool:
-    """Whether ``ops`` is the very list of a STATE_DELTA :func:`parse_event` took on its plain
-    path, which proved every op a known one with valid pointers and the members its op needs
-    (what :func:`hub.core.patch.check_op` checks); answered once per parse. The edge's check
-    (hub.validation) so walks those ops once, not twice (issue 17: some 3 % of an agent
-    event's instructions). A list not parsed so is checked as usual; as with the core's
-    ``Thread.trust_patch``, a proved list must not change before it is checked."""
-    return _PROVED.pop(id(ops), None) is ops
-
-
-def _prove(ops: list[Any]) -> None:
-    if len(_PROVED) >= _PROVED_MAX:
-        del _PROVED[next(iter(_PROVED))]
-    _PROVED[id(ops)] = ops
+    __slots__ = ()
 
 
 def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
@@ -62,7 +51,7 @@ def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
         raise InvalidEvent("'type' must name an AG-UI event type")
     warnings: list[str] = []
     if kind == "STATE_DELTA" and _plain_delta(obj):
-        _prove(obj["delta"])
+        obj["delta"] = ProvedOps(obj["delta"])
         return obj, warnings  # the common case: every op a known one (one walk of the ops)
     if kind == "STATE_DELTA" and isinstance(obj.get("delta"), list):
         kept = [op for op in obj["delta"] if not _unknown_op(op)]
@@ -71,7 +60,7 @@ def parse_event(obj: Any) -> tuple[dict[str, Any], list[str]]:
             warnings.append(f"dropped unknown patch ops: {', '.join(dropped)}")
             obj = {**obj, "delta": kept}
     if kind == "STATE_DELTA" and _plain_delta(obj):
-        _prove(obj["delta"])
+        obj["delta"] = ProvedOps(obj["delta"])
         return obj, warnings  # exactly what the SDK would accept and dump (see _plain_delta)
     try:
         model = EVENT_ADAPTER.validate_python(obj)

@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 
 from hub.core.patch import check_op
 from hub.errors import InvalidEvent, MalformedPatch
-from hub.wire import events
-from hub.wire.codec import decode, encode
-from hub.wire.events import EVENT_ADAPTER, parse_event, proved_wellformed
+from hub.wire.codec import decode, encode, pack
+from hub.wire.events import EVENT_ADAPTER, ProvedOps, parse_event
 
 
 def sdk_dump(obj: dict[str, Any]) -> dict[str, Any]:
@@ -286,26 +285,24 @@ def test_what_parse_event_proves_of_a_patch_is_what_check_op_finds(
     patch: list[dict[str, Any]],
 ) -> None:
     """The edge's check (hub.validation) skips check_op for a patch parse_event proved: every
-    op of a proved patch is one check_op keeps, and the plain frames agents send are proved."""
+    op of a proved patch is one check_op keeps."""
     obj = decode(encode({"type": "STATE_DELTA", "delta": patch}, "json"))
     try:
         parsed, _ = parse_event(obj)
     except (InvalidEvent, MalformedPatch):
         return
     ops = parsed["delta"]
-    if proved_wellformed(ops):
+    if type(ops) is ProvedOps:
         assert all(check_op(i, op) for i, op in enumerate(ops))
-    assert not proved_wellformed(ops)  # answered once
 
 
-def test_a_proof_is_of_one_list_answered_once_and_few_are_held() -> None:
+def test_a_plain_delta_is_proved_and_written_as_the_list_it_was() -> None:
+    """The frames agents send take the plain path, and their proof changes no byte the hub
+    writes of them (JSON for consumers, msgpack for the store and msgpack consumers)."""
     frame = {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/a", "value": 1}]}
     parsed, _ = parse_event(decode(json.dumps(frame)))
-    assert not proved_wellformed([dict(op) for op in parsed["delta"]])  # equal, not the same
-    assert proved_wellformed(parsed["delta"])
-    assert not proved_wellformed(parsed["delta"])
-    first, _ = parse_event(decode(json.dumps(frame)))
-    for _ in range(events._PROVED_MAX):
-        parse_event(decode(json.dumps(frame)))
-    assert len(events._PROVED) == events._PROVED_MAX
-    assert not proved_wellformed(first["delta"])  # the oldest went first
+    assert type(parsed["delta"]) is ProvedOps
+    assert type(parse_event(decode(json.dumps({**frame, "x": 1})))[0]["delta"]) is list
+    for encoding in ("json", "msgpack"):
+        assert encode(parsed, encoding) == encode(frame, encoding)
+    assert pack(parsed) == pack(frame)

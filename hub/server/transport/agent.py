@@ -444,8 +444,7 @@ class AgentEndpoint(ThreadEndpoint):
                 state.wake.clear()
                 delay = self._advance(ws, loaded, state, direct)
                 if delay is None or delay > 0:
-                    if delay is not None:  # acknowledgements are batched: due later, by a timer
-                        self._ack_later(state, delay)
+                    self._then(state, delay)  # an acknowledgement due later: a timer
                     state.idle = True
                     try:
                         await state.wake.wait()
@@ -491,26 +490,21 @@ class AgentEndpoint(ThreadEndpoint):
     def _due(
         self, ws: WebSocket, loaded: LoadedThread, state: _ProducerState, direct: bool
     ) -> None:
-        """The acknowledgement timer: acknowledge what is due (the loop sleeps while it is set)."""
+        """The acknowledgement timer: acknowledge what is due, as a frame settled would."""
         state.ack_timer = None
-        if state.idle:
-            self._then(state, self._advance(ws, loaded, state, direct))
-
-    def _then(self, state: _ProducerState, delay: float | None) -> None:
-        """What :meth:`_advance` left, while the answer loop sleeps: nothing (None), an
-        acknowledgement due later (a timer, not the loop: an agent sending a frame every few
-        tens of milliseconds costs no task wake-up and no sleep per frame), or what the loop
-        must send (0)."""
-        if delay is None:
-            return
-        if delay > 0:
-            self._ack_later(state, delay)
-        else:
-            state.wake.set()
+        self._settled(ws, loaded, state, direct, None)
 
     @staticmethod
-    def _ack_later(state: _ProducerState, delay: float) -> None:
-        if state.ack_timer is None:
+    def _then(state: _ProducerState, delay: float | None) -> None:
+        """What :meth:`_advance` left, before the answer loop sleeps or while it does: nothing
+        (None), an acknowledgement due later (one timer, not the loop: an agent sending a frame
+        every few tens of milliseconds costs no task wake-up and no sleep per frame), or what
+        the loop must send (0: wake it)."""
+        if delay is None:
+            return
+        if delay == 0:
+            state.wake.set()
+        elif state.ack_timer is None:
             state.ack_timer = state.loop.call_later(delay, state.on_due)
 
     def _advance(

@@ -54,7 +54,7 @@ from hub.server.loaded import LoadedThread, take_now
 from hub.server.metrics import Metrics
 from hub.server.node import Change, StoreHealth, apply_change
 from hub.store import Store
-from hub.store.base import seq_of, tell, transient
+from hub.store.base import appended, seq_of, transient
 from hub.wire.codec import pack
 
 log = logging.getLogger("agui_hub.writer")
@@ -383,9 +383,7 @@ class ThreadWriter:
         try:
             if not packed:
                 packed += [pack(event) for event in events]
-            stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self.store.start_append(self.loaded.key, events, partial(tell, stored), packed)
-            await stored
+            await appended(self.store, self.loaded.key, events, packed)
         except Exception as exc:
             raise self._failure(exc) from exc
         self._stored(started)

@@ -484,7 +484,17 @@ class Store(ABC):
 _appending: set[asyncio.Future[None]] = set()
 
 
-def tell(future: asyncio.Future[None], failed: BaseException | None) -> None:
+async def appended(
+    store: Store, thread_id: str, events: list[Event], packed: Sequence[bytes] | None = None
+) -> None:
+    """:meth:`Store.start_append`, awaited: returns once the events are stored, or raises what
+    the append raised."""
+    stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    store.start_append(thread_id, events, partial(_tell, stored), packed)
+    await stored
+
+
+def _tell(future: asyncio.Future[None], failed: BaseException | None) -> None:
     """A started append's outcome (the ``done`` of :meth:`Store.start_append`) to a future
     that awaits it: once, and not to a future given up (cancelled)."""
     if not future.done():

@@ -76,9 +76,9 @@ from hub.store.base import (
     Position,
     Store,
     StoredThread,
+    appended,
     outage_reason,
     seq_of,
-    tell,
 )
 from hub.store.redis_bus import ORIGIN_BYTES, RedisBus
 from hub.store.redis_threads import (
@@ -910,9 +910,7 @@ class RedisStore(Store):
         lost reply, which redis-py itself may do on a dropped connection) are skipped, so only
         a different event at a stored seq, or a gap, is a conflict."""
         if events:
-            stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self.start_append(thread_id, events, partial(tell, stored))
-            await stored
+            await appended(self, thread_id, events)
 
     def start_append(
         self,

@@ -271,7 +271,7 @@ class RespConnection:
         self, protocol: _Protocol, commands: Sequence[Command], answer: Answer | None = None
     ) -> asyncio.Future[list[Any]]:
         loop = protocol.loop or asyncio.get_running_loop()
-        future = self._send(protocol, commands, loop.time() + self.timeout, answer, loop)
+        future = self._send(protocol, commands, loop.time() + self.timeout, answer)
         if self._watch is None and protocol.waiting:
             self._watch = loop.call_later(self.timeout, self._check)
         return future
@@ -298,13 +298,10 @@ class RespConnection:
         commands: Sequence[Command],
         deadline: float = float("inf"),
         answer: Answer | None = None,
-        loop: asyncio.AbstractEventLoop | None = None,
     ) -> asyncio.Future[list[Any]]:
         """Write ``commands``; their replies go to the future returned, or to ``answer`` (the
-        future returned then is never answered). ``loop``: the running loop, if the caller has
-        it (asking again is a getpid() system call on CPython 3.11)."""
-        if loop is None:
-            loop = asyncio.get_running_loop()
+        future returned then is never answered)."""
+        loop = protocol.loop or asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         waiter: Waiter = future if answer is None else answer
         transport = protocol.transport

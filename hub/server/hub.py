@@ -259,27 +259,20 @@ class Hub:
             refused: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
             refused.set_result(Outcome(error=ThreadDeleted("the thread was deleted")))
             return refused
-        future = self.persistence.submit(loaded, change)
-        if future.done():
-            self._count(future, started)
-        else:
-            self.submitted += 1
-            if self.submitted >= MAX_SUBMITTED:
-                self._room.clear()
-            future.add_done_callback(lambda done: self._answered(done, started))
+        # Counted here and where the persistence layer answers it (answered), not by a
+        # callback on its future: that was a closure, and a loop handle, per change (issue 17).
+        self.submitted += 1
+        future = self.persistence.submit(loaded, change, started)
+        if self.submitted >= MAX_SUBMITTED:
+            self._room.clear()
         return future
 
-    def _answered(self, future: asyncio.Future[Outcome], started: float) -> None:
-        """A change submitted and waited for is answered: room for the producers, and counted."""
+    def answered(self, outcome: Outcome, started: float) -> None:
+        """A change submitted is answered (committed: fanned out and, on a shared store,
+        stored; or refused): room for the producers, and counted."""
         self.submitted -= 1
         if self.submitted <= SUBMITTED_RESUME and not self._room.is_set():
             self._room.set()
-        if not future.cancelled():
-            self._count(future, started)
-
-    def _count(self, future: asyncio.Future[Outcome], started: float) -> None:
-        """A change committed (fanned out and, on a shared store, stored) or refused."""
-        outcome = future.result()
         if outcome.events:
             self.metrics.observe("agui_hub_delivery_seconds", time.monotonic() - started)
         if outcome.warnings:

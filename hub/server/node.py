@@ -44,6 +44,10 @@ class Node(Protocol):
     def fan_out(self, loaded: LoadedThread, events: list[Event], *, count: bool = True) -> None:
         """Committed events to every consumer of the thread on this node (never waits)."""
 
+    def answered(self, outcome: Outcome, started: float) -> None:
+        """A change submitted at ``started`` (``time.monotonic()``) is answered: the
+        persistence layer calls this once for every change it was given, where it answers."""
+
     async def load_thread(self, key: str) -> Thread:
         """The thread as the store holds it; the empty thread with no epoch (``NO_EPOCH``) if
         it holds none. Never stores anything."""

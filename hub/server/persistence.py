@@ -55,7 +55,7 @@ from hub.server.config import Config
 from hub.server.loaded import NO_EPOCH, LoadedThread, new_epoch
 from hub.server.metrics import Metrics
 from hub.server.node import Change, Node, StoreHealth, apply_change
-from hub.server.thread_writer import Follower, ThreadWriter
+from hub.server.thread_writer import Follower, Submitted, ThreadWriter
 from hub.server.write_queue import WriteQueue
 from hub.store import Store
 from hub.store.base import transient
@@ -94,9 +94,17 @@ class Persistence(ABC):
         self._task: asyncio.Task[None] | None = None
 
     @abstractmethod
-    def submit(self, loaded: LoadedThread, change: Change) -> asyncio.Future[Outcome]:
+    def submit(
+        self, loaded: LoadedThread, change: Change, started: float
+    ) -> asyncio.Future[Outcome]:
         """Apply ``change`` to the thread, fan out what it produced, and store it; the future
-        answers once it is committed (or refused)."""
+        answers once it is committed (or refused), and the node is told then
+        (:meth:`Node.answered <hub.server.node.Node.answered>`, with ``started``)."""
+
+    def _answer(self, future: asyncio.Future[Outcome], outcome: Outcome, started: float) -> None:
+        self.node.answered(outcome, started)
+        if not future.done():
+            future.set_result(outcome)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._persister(), name="persister")
@@ -308,28 +316,29 @@ class LocalPersistence(Persistence):
         health: StoreHealth | None = None,
     ) -> None:
         super().__init__(node, store, config, metrics, health=health)
-        self._pending: dict[LoadedThread, list[tuple[Change, asyncio.Future[Outcome]]]] = {}
+        self._pending: dict[LoadedThread, list[Submitted]] = {}
         self._applied_at: dict[LoadedThread, float] = {}
 
-    def submit(self, loaded: LoadedThread, change: Change) -> asyncio.Future[Outcome]:
+    def submit(
+        self, loaded: LoadedThread, change: Change, started: float
+    ) -> asyncio.Future[Outcome]:
         """Never waits for the store: the future is done now, or on the loop's next turn. A
         thread the store failed for good takes no more changes (they could never be stored)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outcome] = loop.create_future()
         if loaded.key in self._failed:
-            future.set_result(
-                Outcome(error=Unavailable("the store cannot take this thread's events"))
-            )
+            failed = Outcome(error=Unavailable("the store cannot take this thread's events"))
+            self._answer(future, failed, started)
             return future
         pending = self._pending.get(loaded)
         if pending is None:
             if loop.time() - self._applied_at.get(loaded, -1.0) > self.BURST:
-                self._pending[loaded] = [(change, future)]
+                self._pending[loaded] = [(change, future, started)]
                 self._apply(loaded)  # quiet until now: no batch to wait for
                 return future
             pending = self._pending[loaded] = []
             loop.call_soon(self._apply, loaded)
-        pending.append((change, future))
+        pending.append((change, future, started))
         return future
 
     def unloaded(self, loaded: LoadedThread) -> None:
@@ -349,9 +358,9 @@ class LocalPersistence(Persistence):
         pending = self._pending.pop(loaded, [])
         self._applied_at[loaded] = asyncio.get_running_loop().time()
         if loaded.deleted:  # submitted just before the delete: refused, nothing stored
-            for _, future in pending:
-                if not future.done():
-                    future.set_result(Outcome(error=ThreadDeleted("the thread was deleted")))
+            deleted = Outcome(error=ThreadDeleted("the thread was deleted"))
+            for _, future, started in pending:
+                self._answer(future, deleted, started)
             return
         thread = loaded.thread
         first = not loaded.in_store
@@ -359,7 +368,7 @@ class LocalPersistence(Persistence):
             thread.epoch = new_epoch()
         events: list[Event] = []
         outcomes = []
-        for change, _ in pending:
+        for change, _, _ in pending:
             try:
                 outcome = apply_change(change, thread)
             except Exception:  # a bug: answer it, and keep the thread's other changes going
@@ -375,9 +384,8 @@ class LocalPersistence(Persistence):
         if events:
             self.node.fan_out(loaded, events)
             self._write(("append", loaded.key, events))
-        for (_, future), outcome in zip(pending, outcomes, strict=True):
-            if not future.done():
-                future.set_result(outcome)
+        for (_, future, started), outcome in zip(pending, outcomes, strict=True):
+            self._answer(future, outcome, started)
 
 
 class SharedPersistence(Persistence):
@@ -397,12 +405,16 @@ class SharedPersistence(Persistence):
         self.follower = follower
         self._writers: dict[LoadedThread, ThreadWriter] = {}
 
-    def submit(self, loaded: LoadedThread, change: Change) -> asyncio.Future[Outcome]:
+    def submit(
+        self, loaded: LoadedThread, change: Change, started: float
+    ) -> asyncio.Future[Outcome]:
         writer = self._writers.get(loaded)
         if writer is None:
-            writer = ThreadWriter(loaded, self.store, self.metrics, self.follower, self.health)
+            writer = ThreadWriter(
+                loaded, self.store, self.metrics, self.follower, self.health, self.node.answered
+            )
             self._writers[loaded] = writer
-        return writer.submit(change)
+        return writer.submit(change, started)
 
     def busy(self, loaded: LoadedThread) -> bool:
         writer = self._writers.get(loaded)

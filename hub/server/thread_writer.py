@@ -45,6 +45,7 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
@@ -69,8 +70,8 @@ SETTLE_MIN = 0.05
 SETTLE_MAX = 1.0
 
 
-#: A change submitted, and who waits for its outcome.
-_Submitted = tuple[Change, "asyncio.Future[Outcome]"]
+#: A change submitted, who waits for its outcome, and when it was submitted (monotonic).
+Submitted = tuple[Change, "asyncio.Future[Outcome]", float]
 
 
 class _Lost(Exception):
@@ -122,13 +123,16 @@ class ThreadWriter:
         metrics: Metrics,
         follower: Follower,
         health: StoreHealth,
+        answered: Callable[[Outcome, float], None],
     ) -> None:
         self.loaded = loaded
         self.store = store
         self.metrics = metrics
         self.follower = follower
         self.health = health
-        self._queue: deque[_Submitted] = deque()
+        #: Told of every change answered (see hub.server.node.Node.answered).
+        self.answered = answered
+        self._queue: deque[Submitted] = deque()
         #: The slow path (see the module's text), while it runs.
         self._task: asyncio.Task[None] | None = None
         #: The fast path: the append of the batch in flight, and a flush due this turn.
@@ -139,10 +143,10 @@ class ThreadWriter:
         # the writer asks for each change, batch and answer (issue 17).
         self._loop = asyncio.get_running_loop()
 
-    def submit(self, change: Change) -> asyncio.Future[Outcome]:
+    def submit(self, change: Change, started: float) -> asyncio.Future[Outcome]:
         loop = self._loop
         future: asyncio.Future[Outcome] = loop.create_future()
-        self._queue.append((change, future))
+        self._queue.append((change, future, started))
         if not self._flushing and self._flight is None and not self._running:
             self._flushing = True
             loop.call_soon(self._flush)  # once this turn's changes are all submitted
@@ -174,9 +178,8 @@ class ThreadWriter:
                 await asyncio.wait(waits, timeout=max(1.0, SETTLE_MAX * 2))
             if self._task is not None:
                 self._task.cancel()
-        for _, future in self._queue:
-            if not future.done():
-                future.set_result(Outcome(error=Unavailable("the node is stopping")))
+        stopping = Outcome(error=Unavailable("the node is stopping"))
+        self._answer(list(self._queue), [stopping] * len(self._queue))
         self._queue.clear()
 
     # -- the fast path: no task -----------------------------------------------------------------
@@ -191,7 +194,7 @@ class ThreadWriter:
             self._task = asyncio.create_task(self._run(), name=f"writer-{loaded.key}")
             return
         batch = self._take_batch()
-        changes = [change for change, _ in batch]
+        changes = [change for change, _, _ in batch]
         try:
             self.follower.apply_inbox(loaded)
             draft = loaded.draft_copy()
@@ -224,7 +227,7 @@ class ThreadWriter:
 
     def _landed(
         self,
-        batch: list[_Submitted],
+        batch: list[Submitted],
         outcomes: list[Outcome],
         events: list[Event],
         packed: list[bytes],
@@ -258,7 +261,7 @@ class ThreadWriter:
 
     async def _recover(
         self,
-        batch: list[_Submitted],
+        batch: list[Submitted],
         outcomes: list[Outcome],
         events: list[Event],
         packed: list[bytes],
@@ -267,7 +270,7 @@ class ThreadWriter:
         """The fast path's append failed (the lock is held): on as :meth:`_commit` goes on
         after such an append, then the slow path takes what was queued meanwhile."""
         loaded = self.loaded
-        changes = [change for change, _ in batch]
+        changes = [change for change, _, _ in batch]
         failure = self._failure(failed)
         try:
             reloaded = True
@@ -311,13 +314,14 @@ class ThreadWriter:
 
     # -- the slow path: a task ------------------------------------------------------------------
 
-    def _take_batch(self) -> list[_Submitted]:
+    def _take_batch(self) -> list[Submitted]:
         queue = self._queue
         return [queue.popleft() for _ in range(min(MAX_BATCH, len(queue)))]
 
-    @staticmethod
-    def _answer(batch: list[_Submitted], outcomes: list[Outcome]) -> None:
-        for (_, future), outcome in zip(batch, outcomes, strict=True):
+    def _answer(self, batch: list[Submitted], outcomes: list[Outcome]) -> None:
+        answered = self.answered
+        for (_, future, started), outcome in zip(batch, outcomes, strict=True):
+            answered(outcome, started)
             if not future.done():
                 future.set_result(outcome)
 
@@ -325,11 +329,11 @@ class ThreadWriter:
         while self._queue:
             batch = self._take_batch()
             try:
-                outcomes = await self._commit([change for change, _ in batch])
+                outcomes = await self._commit([change for change, _, _ in batch])
             except Exception:  # a bug: answer, never leave an agent waiting forever
                 log.exception("committing to thread %s failed", self.loaded.key)
                 self.loaded.draft = None  # a change may have stopped half way through it
-                outcomes = _refused([change for change, _ in batch], "internal error")
+                outcomes = _refused([change for change, _, _ in batch], "internal error")
             self._answer(batch, outcomes)
 
     # -- one batch ------------------------------------------------------------------------------

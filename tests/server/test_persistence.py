@@ -4,9 +4,12 @@ together, their events are stored behind, and a thread's record is queued every
 
 from __future__ import annotations
 
+import pytest
+
 from hub.server.config import Config
 from hub.server.hub import Hub
 from hub.server.persistence import LocalPersistence
+from hub.store import open_store
 from hub.store.memory import MemoryStore
 
 
@@ -52,3 +55,42 @@ async def test_a_quiet_threads_change_goes_out_at_once_and_a_burst_as_one_fan_ou
     assert outcomes[5].error is not None and outcomes[5].events == []
     assert loaded.thread.seq == 6
     await hub.close()
+
+
+@pytest.mark.parametrize("where", ["memory", "redis"])
+async def test_every_change_submitted_is_answered_once_and_counted(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    """The node counts each change it was given where the persistence layer answers it: the
+    changes in flight go back to none, each committed one is timed once and each refused one
+    counted once, on both the node-local and the shared store's paths (a burst, a refusal,
+    a thread deleted under queued changes)."""
+    url = "memory://" if where == "memory" else request.getfixturevalue("redis_server").url
+    hub = Hub(await open_store(url), Config(store=url))
+    await hub.start()
+    try:
+        loaded = await hub.load("t")
+        custom = [{"type": "CUSTOM", "name": "n", "value": i} for i in range(5)]
+        futures = [hub.submit(loaded, lambda t, e=e: t.publish(e)) for e in custom]
+        futures.append(hub.submit(loaded, lambda t: t.publish({"type": "RUN_FINISHED"})))
+        assert hub.submitted == sum(not f.done() for f in futures)
+        outcomes = [await f for f in futures]
+        assert [o.error is None for o in outcomes] == [True] * 5 + [False]
+        assert hub.submitted == 0
+        assert hub.metrics.get("agui_hub_delivery_seconds_count") == 5
+        assert hub.metrics.get("agui_hub_events_rejected_total", code="invalid_sequence") == 1
+        # Queued behind a delete: refused (the thread is gone), and still answered once each.
+        gone = await hub.load("gone")
+        await hub.publish(gone, custom[0])
+        queued = [hub.submit(gone, lambda t, e=e: t.publish(e)) for e in custom[1:3]]
+        gone.deleted = True
+        late = hub.submit(gone, lambda t: t.publish(custom[3]))
+        answers = [await f for f in [*queued, late]]
+        assert hub.submitted == 0
+        assert answers[-1].error is not None  # refused by the node: never given to be answered
+        refused = sum(a.error is not None for a in answers[:-1])
+        counted = hub.metrics.get("agui_hub_delivery_seconds_count") - 6
+        assert counted + refused == len(queued)
+        assert hub.metrics.get("agui_hub_events_rejected_total", code="thread_deleted") == refused
+    finally:
+        await hub.close()

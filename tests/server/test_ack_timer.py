@@ -6,6 +6,7 @@ answer loop slept about four times per event, its clock moving in milliseconds).
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from support import Client, is_custom
 
 from hub.server.app import HubServer
 from hub.server.config import Config
+from hub.server.transport.agent import AgentEndpoint
 
 AGENT_PY = str(Path("hub", "server", "transport", "agent.py"))
 
@@ -58,3 +60,55 @@ async def test_frames_inside_the_interval_are_acknowledged_by_a_timer_not_by_sle
     assert [a["count"] for a in acks] == sorted({a["count"] for a in acks}), acks
     assert acks[-1] == {"seq": frames, "count": frames}
     assert slept == [], slept
+
+
+@pytest.fixture
+async def odd_interval_node() -> AsyncIterator[HubServer]:
+    """A node whose acknowledgement interval ends between two milliseconds (99.4 ms)."""
+    server = await HubServer.create(Config(store="memory://", port=0, ack_interval=0.0994))
+    await server.start()
+    yield server
+    await Client.close_all()
+    await server.drain()
+
+
+async def test_an_ack_due_within_the_loops_clock_tick_goes_now_not_on_a_spinning_timer(
+    odd_interval_node: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On libuv's loop (uvloop, the node's), time moves in whole milliseconds and a timer's
+    delay is rounded to one: an ack due 0.4 ms from now gets a timer of 0 ms, which fires on
+    the next turn, finds the clock where it was, and would be set again, and again, until the
+    millisecond turns. ACK_SLACK sends it now. The loop here is asyncio's, given libuv's
+    millisecond clock and timers."""
+    loop = asyncio.get_running_loop()
+    real_time, real_call_later = loop.time, loop.call_later
+    monkeypatch.setattr(loop, "time", lambda: math.floor(real_time() * 1000) / 1000)
+
+    def call_later(delay: float, callback: Any, *args: Any, **kw: Any) -> asyncio.TimerHandle:
+        return real_call_later(round(delay * 1000) / 1000, callback, *args, **kw)
+
+    monkeypatch.setattr(loop, "call_later", call_later)
+    fired: list[float] = []
+    due = AgentEndpoint._due
+
+    def counting(self: AgentEndpoint, *args: Any) -> None:
+        fired.append(real_time())
+        due(self, *args)
+
+    monkeypatch.setattr(AgentEndpoint, "_due", counting)
+    port = odd_interval_node.port
+    agent = await Client.open(f"ws://127.0.0.1:{port}/v1/threads/t2/agent")
+    assert is_custom(await agent.recv(), "hub.welcome")
+    frames = 12
+    for i in range(frames):
+        await agent.send(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+        await asyncio.sleep(0.03)
+    got = await agent.recv_until(
+        lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == frames
+    )
+    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
+    assert acks[-1] == {"seq": frames, "count": frames}
+    # One timer per ack due later, at most: never one set again and again within a tick.
+    assert len(fired) <= len(acks), (len(fired), len(acks))

@@ -99,7 +99,7 @@ async def test_an_ack_due_within_the_loops_clock_tick_goes_now_not_on_a_spinning
     port = odd_interval_node.port
     agent = await Client.open(f"ws://127.0.0.1:{port}/v1/threads/t2/agent")
     assert is_custom(await agent.recv(), "hub.welcome")
-    frames = 12
+    frames = 24
     for i in range(frames):
         await agent.send(
             {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
@@ -110,5 +110,7 @@ async def test_an_ack_due_within_the_loops_clock_tick_goes_now_not_on_a_spinning
     )
     acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
     assert acks[-1] == {"seq": frames, "count": frames}
-    # One timer per ack due later, at most: never one set again and again within a tick.
-    assert len(fired) <= len(acks), (len(fired), len(acks))
+    # One timer per ack due later, at most (and one more: a timer may fire while the answer
+    # loop is awake, on a loaded machine): never one set again and again within a tick. With
+    # ACK_SLACK at 0 it fired 38 to 156 times for 9 acks, in six runs.
+    assert len(fired) <= len(acks) + 1, (len(fired), len(acks))

@@ -3,7 +3,11 @@ that names one, for the hub's function names of issue 17's start and of today.""
 
 from __future__ import annotations
 
-from hub.bench.stages import IDLE, REST, count, stage_of, table
+from pathlib import Path
+
+import pytest
+
+from hub.bench.stages import IDLE, REST, count, main, stage_of, table
 
 LOOP = "uv_run (core.c:464);uv__io_poll (linux.c:1546)"
 TOP = "<module> (agui-hub:8);main (hub/launch.py:36);_run (hub/server/cli.py:561);" + LOOP
@@ -87,3 +91,19 @@ def test_the_table_shares_the_busy_samples_and_their_microseconds() -> None:
         "| the draft: the event checked against the state and applied | 50.0 µs (25 %) |"
     )
     assert len(rows) == 4  # idle is no stage
+
+
+def test_the_command_says_what_is_wrong_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--help"]) == 0
+    assert "py-spy" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing.raw") + "=10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stages: cannot read the profile") and err.count("\n") == 1, err
+    profile = tmp_path / "p.raw"
+    profile.write_text(f"{FAN_OUT} 3\n{IDLE_STACK} 1\n")
+    assert main([f"{profile}=ten"]) == 2
+    assert "CPU per event" in capsys.readouterr().err
+    assert main([f"{profile}=10"]) == 0
+    assert "10.0 µs (100 %)" in capsys.readouterr().out

@@ -121,17 +121,26 @@ def table(profiles: Sequence[tuple[str, Counter[str], float]]) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    if not argv:
-        print(__doc__, file=sys.stderr)
-        return 2
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr if not argv else sys.stdout)
+        return 2 if not argv else 0
     profiles = []
     for arg in argv:
         path, _, us = arg.partition("=")
-        with open(path, encoding="utf-8") as file:
-            stages = count(file)
+        try:
+            cpu = float(us or 100)
+        except ValueError:
+            print(f"stages: {arg!r}: after '=' comes the CPU per event in µs", file=sys.stderr)
+            return 2
+        try:
+            with open(path, encoding="utf-8") as file:
+                stages = count(file)
+        except OSError as exc:
+            print(f"stages: cannot read the profile {path!r}: {exc.strerror}", file=sys.stderr)
+            return 2
         busy = sum(n for s, n in stages.items() if s != IDLE)
         print(f"{path}: {busy} samples not idle, {stages[IDLE]} idle", file=sys.stderr)
-        profiles.append((path, stages, float(us or 100)))
+        profiles.append((path, stages, cpu))
     print("\n".join(table(profiles)))
     return 0
 

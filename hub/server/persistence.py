@@ -55,7 +55,7 @@ from hub.server.config import Config
 from hub.server.loaded import NO_EPOCH, LoadedThread, new_epoch
 from hub.server.metrics import Metrics
 from hub.server.node import Change, Node, StoreHealth, apply_change
-from hub.server.thread_writer import Follower, Submitted, ThreadWriter
+from hub.server.thread_writer import Follower, Submitted, ThreadWriter, answer
 from hub.server.write_queue import WriteQueue
 from hub.store import Store
 from hub.store.base import transient
@@ -100,11 +100,6 @@ class Persistence(ABC):
         """Apply ``change`` to the thread, fan out what it produced, and store it; the future
         answers once it is committed (or refused), and the node is told then
         (:meth:`Node.answered <hub.server.node.Node.answered>`, with ``started``)."""
-
-    def _answer(self, future: asyncio.Future[Outcome], outcome: Outcome, started: float) -> None:
-        self.node.answered(outcome, started)
-        if not future.done():
-            future.set_result(outcome)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._persister(), name="persister")
@@ -328,7 +323,7 @@ class LocalPersistence(Persistence):
         future: asyncio.Future[Outcome] = loop.create_future()
         if loaded.key in self._failed:
             failed = Outcome(error=Unavailable("the store cannot take this thread's events"))
-            self._answer(future, failed, started)
+            answer(self.node.answered, [(change, future, started)], [failed])
             return future
         pending = self._pending.get(loaded)
         if pending is None:
@@ -359,8 +354,7 @@ class LocalPersistence(Persistence):
         self._applied_at[loaded] = asyncio.get_running_loop().time()
         if loaded.deleted:  # submitted just before the delete: refused, nothing stored
             deleted = Outcome(error=ThreadDeleted("the thread was deleted"))
-            for _, future, started in pending:
-                self._answer(future, deleted, started)
+            answer(self.node.answered, pending, [deleted] * len(pending))
             return
         thread = loaded.thread
         first = not loaded.in_store
@@ -384,8 +378,7 @@ class LocalPersistence(Persistence):
         if events:
             self.node.fan_out(loaded, events)
             self._write(("append", loaded.key, events))
-        for (_, future, started), outcome in zip(pending, outcomes, strict=True):
-            self._answer(future, outcome, started)
+        answer(self.node.answered, pending, outcomes)
 
 
 class SharedPersistence(Persistence):

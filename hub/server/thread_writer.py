@@ -74,6 +74,17 @@ SETTLE_MAX = 1.0
 Submitted = tuple[Change, "asyncio.Future[Outcome]", float]
 
 
+def answer(
+    answered: Callable[[Outcome, float], None], batch: list[Submitted], outcomes: list[Outcome]
+) -> None:
+    """Each change of ``batch`` answered with its outcome: the node told (``answered``, see
+    hub.server.node.Node.answered), then its future (unless its waiter gave it up)."""
+    for (_, future, started), outcome in zip(batch, outcomes, strict=True):
+        answered(outcome, started)
+        if not future.done():
+            future.set_result(outcome)
+
+
 class _Lost(Exception):
     """The append's outcome is unknown: the store did not answer."""
 
@@ -319,11 +330,7 @@ class ThreadWriter:
         return [queue.popleft() for _ in range(min(MAX_BATCH, len(queue)))]
 
     def _answer(self, batch: list[Submitted], outcomes: list[Outcome]) -> None:
-        answered = self.answered
-        for (_, future, started), outcome in zip(batch, outcomes, strict=True):
-            answered(outcome, started)
-            if not future.done():
-                future.set_result(outcome)
+        answer(self.answered, batch, outcomes)
 
     async def _run(self) -> None:
         while self._queue:

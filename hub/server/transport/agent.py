@@ -435,7 +435,6 @@ class AgentEndpoint(ThreadEndpoint):
         agent sending a few events a second costs no task wake-up per event; this task does
         what must wait: errors and replies, the interval between acknowledgements, a socket
         whose buffer did not empty."""
-        loop = asyncio.get_running_loop()
         direct = supports_direct_writes(ws) and encoding == JSON
         state.on_settled = partial(self._settled, ws, loaded, state, direct)
         state.on_due = partial(self._due, ws, loaded, state, direct)
@@ -463,7 +462,7 @@ class AgentEndpoint(ThreadEndpoint):
                     state.answered.append((index, state.last_seq))
                     continue
                 # An acknowledgement the socket could not take at once.
-                state.acked_frames, state.acked_at = state.stored_frames, loop.time()
+                state.acked_frames, state.acked_at = state.stored_frames, state.loop.time()
                 seq = loaded.persisted_seq
                 if direct:
                     await write_prebuilt(ws, ack_wire(seq, state.acked_frames))

@@ -6,9 +6,10 @@ answer loop slept about four times per event, its clock moving in milliseconds).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,48 @@ from hub.server.transport.agent import AgentEndpoint
 AGENT_PY = str(Path("hub", "server", "transport", "agent.py"))
 
 
+@contextlib.asynccontextmanager
+async def running(config: Config) -> AsyncIterator[HubServer]:
+    server = await HubServer.create(config)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await Client.close_all()
+        await server.drain()
+
+
 @pytest.fixture
 async def node() -> AsyncIterator[HubServer]:
-    server = await HubServer.create(Config(store="memory://", port=0))
-    await server.start()
-    yield server
-    await Client.close_all()
-    await server.drain()
+    async with running(Config(store="memory://", port=0)) as server:
+        yield server
+
+
+@pytest.fixture
+async def odd_interval_node() -> AsyncIterator[HubServer]:
+    """A node whose acknowledgement interval ends between two milliseconds (99.4 ms)."""
+    async with running(Config(store="memory://", port=0, ack_interval=0.0994)) as server:
+        yield server
+
+
+async def acks_of_frames_apart(
+    node: HubServer, thread: str, frames: int, pause: Callable[[float], Awaitable[Any]]
+) -> list[dict[str, int]]:
+    """An agent sends ``frames`` deltas 30 ms apart (``pause``: the real sleep); the
+    acknowledgements it got, up to the one of all of them."""
+    agent = await Client.open(f"ws://127.0.0.1:{node.port}/v1/threads/{thread}/agent")
+    assert is_custom(await agent.recv(), "hub.welcome")
+    for i in range(frames):
+        await agent.send(
+            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
+        )
+        await pause(0.03)
+    got = await agent.recv_until(
+        lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == frames
+    )
+    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
+    assert acks[-1] == {"seq": frames, "count": frames}
+    return acks
 
 
 async def test_frames_inside_the_interval_are_acknowledged_by_a_timer_not_by_sleeping(
@@ -43,33 +79,11 @@ async def test_frames_inside_the_interval_are_acknowledged_by_a_timer_not_by_sle
         return await sleeping(delay, result)
 
     monkeypatch.setattr(asyncio, "sleep", sleep)
-    agent = await Client.open(f"ws://127.0.0.1:{node.port}/v1/threads/t1/agent")
-    assert is_custom(await agent.recv(), "hub.welcome")
-    frames = 12
-    for i in range(frames):
-        await agent.send(
-            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
-        )
-        await sleeping(0.03)
-    got = await agent.recv_until(
-        lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == frames
-    )
-    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
+    acks = await acks_of_frames_apart(node, "t1", 12, sleeping)
     # In order, the last of all twelve (how many there are depends on how far apart this
     # client's frames came: tests/server/test_wire.py holds the batching).
     assert [a["count"] for a in acks] == sorted({a["count"] for a in acks}), acks
-    assert acks[-1] == {"seq": frames, "count": frames}
     assert slept == [], slept
-
-
-@pytest.fixture
-async def odd_interval_node() -> AsyncIterator[HubServer]:
-    """A node whose acknowledgement interval ends between two milliseconds (99.4 ms)."""
-    server = await HubServer.create(Config(store="memory://", port=0, ack_interval=0.0994))
-    await server.start()
-    yield server
-    await Client.close_all()
-    await server.drain()
 
 
 async def test_an_ack_due_within_the_loops_clock_tick_goes_now_not_on_a_spinning_timer(
@@ -96,20 +110,7 @@ async def test_an_ack_due_within_the_loops_clock_tick_goes_now_not_on_a_spinning
         due(self, *args)
 
     monkeypatch.setattr(AgentEndpoint, "_due", counting)
-    port = odd_interval_node.port
-    agent = await Client.open(f"ws://127.0.0.1:{port}/v1/threads/t2/agent")
-    assert is_custom(await agent.recv(), "hub.welcome")
-    frames = 24
-    for i in range(frames):
-        await agent.send(
-            {"type": "STATE_DELTA", "delta": [{"op": "add", "path": f"/k{i}", "value": i}]}
-        )
-        await asyncio.sleep(0.03)
-    got = await agent.recv_until(
-        lambda e: is_custom(e, "hub.ack") and e["value"]["count"] == frames
-    )
-    acks = [e["value"] for e in got if is_custom(e, "hub.ack")]
-    assert acks[-1] == {"seq": frames, "count": frames}
+    acks = await acks_of_frames_apart(odd_interval_node, "t2", 24, asyncio.sleep)
     # One timer per ack due later, at most (and one more: a timer may fire while the answer
     # loop is awake, on a loaded machine): never one set again and again within a tick. With
     # ACK_SLACK at 0 it fired 38 to 156 times for 9 acks, in six runs.

@@ -187,9 +187,12 @@ async def test_the_watcher_holds_what_the_hub_holds(
             watcher(f"{hub.ws}/v1/threads/{THREAD}", every=0, watch=watch)
         )
         try:
-            await eventually(lambda: watch.seq > 0, 10)  # its join, while the reply (3 s) streams
+            # Its join, while the reply (3 s) streams: the join's frames re-open the reply. Wait
+            # for the whole join (RUN_STARTED comes first, the reply's start after it), not its
+            # first frame: the watcher awaits its ack between them.
+            await eventually(lambda: f"text:{reply_id}" in watch.copy.open or watch.lost, 10)
+            assert watch.lost is None
             assert watch.copy.run_id == run_id
-            assert f"text:{reply_id}" in watch.copy.open, watch.copy.open
             await person.recv_until(
                 lambda e: e.get("type") == "RUN_FINISHED" and e["runId"] == run_id
             )

@@ -160,7 +160,9 @@ class Streaming(Generic[V]):
         self.open.clear()
         self.lanes.clear()
 
-    forget = end_run
+    def forget(self) -> None:
+        """Forget what is open (a copy that follows from scratch): as :meth:`end_run`."""
+        self.end_run()
 
     def start(self, key: str, value: V) -> None:
         self.open[key] = value

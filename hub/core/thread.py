@@ -20,6 +20,7 @@ from .fold import fold
 from .messages import MessageLog
 from .owners import BUCKET, Owners
 from .patch import Document, apply_patch, check_patch
+from .positions import HubOnly, Position
 from .streaming import (
     BY_CONTENT,
     BY_END,
@@ -41,6 +42,16 @@ BY_END_TYPE = {kind: spec[2] for kind, spec in STREAMING.items()}
 #: What a chunk continuing an item may repeat of what opened it, unchanged (kind -> fields).
 _AGREED = {"text": ("role", "name"), "reasoning": (), "tool": ("toolCallName", "parentMessageId")}
 RECORD_VERSION = 1
+#: Event types whose effect is another type's (the rest: ``Thread._on_<type>``, if any). A
+#: table, not class attributes naming one method twice: mypyc (the compiled build) has no such
+#: aliases.
+_SHARED = {
+    "TEXT_MESSAGE_CONTENT": "_message_content",
+    "REASONING_MESSAGE_CONTENT": "_message_content",
+    "TEXT_MESSAGE_CHUNK": "_message_chunk",
+    "REASONING_MESSAGE_CHUNK": "_message_chunk",
+    "TOOL_CALL_CHUNK": "_message_chunk",
+}
 #: The CUSTOM event the hub publishes when a tab's answer to open interrupts won (see
 #: :meth:`Thread.resolve_interrupts`).
 INTERRUPT_RESOLVED = "hub.interrupt_resolved"
@@ -57,24 +68,6 @@ class Outcome:
     events: list[Event] = field(default_factory=list)
     error: HubError | None = None
     warnings: list[str] = field(default_factory=list)
-
-
-class _Position:
-    """What ``metadata.hub`` dicts are made from: an instance's ``__dict__`` is a plain
-    ``dict``, and those of one class's instances keep their keys once, in the class (CPython's
-    split tables): about 100 bytes a position instead of 200, and a thread keeps one per event
-    it holds (issue 17). Nothing else about them differs: they are read, encoded, copied and
-    compared as any dict (see :meth:`Thread._stamp`)."""
-
-    seq: int
-    epoch: str
-
-
-class _HubOnly:
-    """What the ``metadata`` of an event its producer gave none is made from, the same way:
-    ``{"hub": position}``."""
-
-    hub: dict[str, Any]
 
 
 class Subtrees(Protocol):
@@ -276,8 +269,8 @@ class Thread:
     def _stamp(self, event: Event) -> Event:
         self.seq += 1
         # {"seq": .., "epoch": ..} and, with no metadata given, {"hub": that}, as split-table
-        # dicts (see _Position): made inline, as a call costs more than the making.
-        position = _Position()
+        # dicts (see hub.core.positions): made inline, as a call costs more than the making.
+        position = Position()
         position.seq = self.seq
         position.epoch = self.epoch
         given = event.get("metadata")
@@ -285,7 +278,7 @@ class Thread:
             metadata = dict(given)
             metadata["hub"] = position.__dict__
         else:
-            holder = _HubOnly()
+            holder = HubOnly()
             holder.hub = position.__dict__
             metadata = holder.__dict__
         stamped = {**event, "metadata": metadata}
@@ -300,7 +293,7 @@ class Thread:
 
     def _effect(self, event: Event) -> Event:
         kind = event["type"]
-        handler = getattr(self, f"_on_{kind.lower()}", None)
+        handler = getattr(self, _SHARED.get(kind) or f"_on_{kind.lower()}", None)
         if handler is None and kind in BY_END:
             handler = self._end
         streaming = self.streaming
@@ -516,9 +509,6 @@ class Thread:
         fold(self.messages, event)
         return event
 
-    _on_text_message_content = _message_content
-    _on_reasoning_message_content = _message_content
-
     def _end(self, event: Event) -> Event:
         """Every *_END / *_FINISHED of a streaming item: it must be open; it closes."""
         kind = BY_END[event["type"]]
@@ -574,9 +564,6 @@ class Thread:
             self._claim_message(bucket, item_id, tag, anew)
         return event
 
-    _on_text_message_chunk = _message_chunk
-    _on_reasoning_message_chunk = _message_chunk
-
     def _on_tool_call_start(self, event: Event) -> Event:
         self._require_closed("tool", event["toolCallId"])
         claim = self.owners.tool_call_owner(event, event["type"])
@@ -590,8 +577,6 @@ class Thread:
         self._require_open("tool", event["toolCallId"], event)
         fold(self.messages, event)
         return event
-
-    _on_tool_call_chunk = _message_chunk
 
     def _on_tool_call_result(self, event: Event) -> Event:
         message_id = event.get("messageId")

@@ -31,8 +31,9 @@ CLIENT = Path("clients") / "python"
 #: What the client's folder links to (agui_hub_client/_hub), relative to the checkout: copied
 #: beside the folder so that its links resolve, as in the checkout, and nothing else of the hub.
 CARRIED = ("hub/core", "hub/wire", "hub/errors.py", "hub/receipts/model.py")
-#: The hub's distribution (its base install): the root's packaging and the hub.
-HUB_SOURCES = ("pyproject.toml", "README.md", "hub")
+#: The hub's distribution (its base install): the root's packaging (with setup.py and the
+#: build backend pyproject.toml names) and the hub.
+HUB_SOURCES = ("pyproject.toml", "README.md", "setup.py", "scripts/build_backend.py", "hub")
 #: Import names of the server's own dependencies (the `server` extra). httpx (and h11 under
 #: it) is not among them: the client speaks HTTP through it.
 SERVER_ONLY = ("redis", "hiredis", "jwt", "cryptography", "prometheus_client")

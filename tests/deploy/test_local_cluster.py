@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -326,8 +327,15 @@ def test_the_dockerfile_runs_a_node_on_the_compose_redis() -> None:
     # Binding 0.0.0.0 without a key is refused: the image must be given one.
     assert "AGUI_HUB_JWT_SECRET" in text
     ignored = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
-    for source in re.findall(r"^COPY (\S+) ", text, re.MULTILINE):
+    copied: list[str] = []
+    for line in re.findall(r"^COPY (.+) \S+$", text, re.MULTILINE):
+        copied += line.split()
+    for source in copied:
         assert f"!{source}" in ignored or source in ("pyproject.toml",), source
+    # What pip needs to build the package: setup.py and the backend pyproject.toml names.
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    backend = f"{build['backend-path'][0]}/{build['build-backend']}.py"
+    assert {"pyproject.toml", "README.md", "setup.py", backend, "hub"} <= set(copied), copied
 
 
 def test_the_compose_file_runs_redis_with_aof_two_nodes_and_nginx_in_front() -> None:

@@ -57,3 +57,13 @@ async def _close_clients(start_hub: Callable[..., HubProcess]) -> AsyncIterator[
 def hub(start_hub: Callable[..., HubProcess]) -> HubProcess:
     """One hub node on the in-memory store."""
     return start_hub()
+
+
+#: Test files that take minutes mostly waiting on a build or a compiler: run first, so that
+#: under pytest-xdist (scripts/test: a file per worker at a time, in collection order) they
+#: overlap the rest of the suite instead of being its tail.
+FIRST = ("test_compiled.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the rest keep their order

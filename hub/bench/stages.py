@@ -121,9 +121,12 @@ def table(profiles: Sequence[tuple[str, Counter[str], float]]) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__, file=sys.stderr if not argv else sys.stdout)
-        return 2 if not argv else 0
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     profiles = []
     for arg in argv:
         path, _, us = arg.partition("=")

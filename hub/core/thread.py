@@ -42,9 +42,9 @@ BY_END_TYPE = {kind: spec[2] for kind, spec in STREAMING.items()}
 #: What a chunk continuing an item may repeat of what opened it, unchanged (kind -> fields).
 _AGREED = {"text": ("role", "name"), "reasoning": (), "tool": ("toolCallName", "parentMessageId")}
 RECORD_VERSION = 1
-#: Event types whose effect is another type's (the rest: ``Thread._on_<type>``, if any). A
-#: table, not class attributes naming one method twice: mypyc (the compiled build) has no such
-#: aliases.
+#: Event types whose effect is another type's (the rest: ``Thread._on_<type>``, if any, or
+#: ``_end`` for an end): see _EFFECTS. A table, not class attributes naming one method twice:
+#: mypyc (the compiled build) has no such aliases.
 _SHARED = {
     "TEXT_MESSAGE_CONTENT": "_message_content",
     "REASONING_MESSAGE_CONTENT": "_message_content",
@@ -293,9 +293,8 @@ class Thread:
 
     def _effect(self, event: Event) -> Event:
         kind = event["type"]
-        handler = getattr(self, _SHARED.get(kind) or f"_on_{kind.lower()}", None)
-        if handler is None and kind in BY_END:
-            handler = self._end
+        name = _EFFECTS.get(kind)
+        handler = None if name is None else getattr(self, name)
         streaming = self.streaming
         if not streaming.lanes or kind in CHUNKS:
             return handler(event) if handler is not None else event
@@ -667,3 +666,16 @@ class Thread:
             else:
                 thread.log.append(event)
         return thread
+
+
+def _effects() -> dict[str, str]:
+    """Event type -> the name of the Thread method that is its effect (types with none: not
+    here), made once: ``_on_<type>``, a shared one (_SHARED), or ``_end`` for an end."""
+    effects = {name[len("_on_") :].upper(): name for name in dir(Thread) if name.startswith("_on_")}
+    effects.update(_SHARED)
+    for kind in BY_END:
+        effects.setdefault(kind, "_end")
+    return effects
+
+
+_EFFECTS = _effects()
